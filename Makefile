@@ -1,0 +1,39 @@
+# Two commands on a fresh clone: `make reports` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# Rebuilt whenever the project's dependencies change.
+SETUP := $(VENV)/.setup-done
+
+.PHONY: setup reports test test-fast lab lint clean-reports
+
+$(SETUP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m ipykernel install --sys-prefix --name lab --display-name "Python (lab)"
+	touch $@
+
+setup: $(SETUP)
+
+## Run every notebook in notebooks/ with its default parameters into reports/.
+reports: $(SETUP)
+	$(PY) -m lab run --all --out reports
+
+## The whole test suite, in parallel; notebooks run with smoke parameters.
+test: $(SETUP)
+	$(PY) -m pytest -n auto
+
+## Everything but the end-to-end notebook runs.
+test-fast: $(SETUP)
+	$(PY) -m pytest -n auto -m "not slow"
+
+## JupyterLab on 127.0.0.1 with the project's kernel ("Python (lab)").
+lab: $(SETUP)
+	$(VENV)/bin/jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir .
+
+lint: $(SETUP)
+	$(VENV)/bin/ruff check lab tests benchmarks
+
+clean-reports:
+	rm -rf reports/runs reports/*.html

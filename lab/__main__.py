@@ -1,0 +1,5 @@
+import sys
+
+from lab.experiments.cli import main
+
+sys.exit(main())

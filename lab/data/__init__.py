@@ -1,0 +1,6 @@
+"""Datasets as numpy arrays: bundled tables, synthetic tasks and cached downloads."""
+
+from lab.data.datasets import DATASETS, load
+from lab.data.download import DataError, data_dir
+
+__all__ = ["DATASETS", "DataError", "data_dir", "load"]

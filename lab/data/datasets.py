@@ -1,0 +1,173 @@
+"""``load(name, split)``: every dataset as ``(x, y)`` numpy arrays.
+
+- Bundled (no network): scikit-learn's ``digits``, ``iris``, ``wine`` and
+  ``breast_cancer``, split 80/20 into train/test by a fixed stratified permutation;
+  features are float32 (digits scaled to [0, 1], the others standardised with the
+  train split's mean and standard deviation).
+- Synthetic: ``sum_sign`` (label 1 where the sum of a standard Gaussian input is
+  positive) and ``random_labels`` (Gaussian inputs, uniform labels: only memorisation
+  helps). Both are generated from a fixed seed, so every call returns the same arrays.
+- Downloaded into :func:`lab.data.data_dir`: ``mnist``, ``fashion_mnist``, ``kmnist``
+  (IDX files; x of shape (n, 28, 28) scaled to [0, 1]) and ``cifar10`` (python pickles;
+  x of shape (n, 32, 32, 3) scaled to [0, 1]), with their official train/test splits.
+
+Labels are int32 class indices.
+"""
+
+import gzip
+import pickle
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from lab.data.download import DataError, Remote, data_dir, fetch
+
+SPLITS = ("train", "test")
+_TEST_FRACTION = 0.2
+_SPLIT_SEED = 0
+
+
+def _split(x: np.ndarray, y: np.ndarray, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """A stratified split: the same test fraction of every class, fixed seed."""
+    rng = np.random.default_rng(_SPLIT_SEED)
+    test = np.zeros(len(y), dtype=bool)
+    for label in np.unique(y):
+        members = rng.permutation(np.flatnonzero(y == label))
+        test[members[: round(_TEST_FRACTION * len(members))]] = True
+    keep = test if split == "test" else ~test
+    return x[keep], y[keep]
+
+
+def _sklearn(loader_name: str, scale: str) -> Callable[[str], tuple[np.ndarray, np.ndarray]]:
+    def load_split(split: str) -> tuple[np.ndarray, np.ndarray]:
+        from sklearn import datasets
+
+        x, y = getattr(datasets, loader_name)(return_X_y=True)
+        x, y = x.astype(np.float32), y.astype(np.int32)
+        if scale == "max":
+            x = x / x.max()
+        else:  # standardise with the train split's statistics only
+            x_train, _ = _split(x, y, "train")
+            x = (x - x_train.mean(0)) / (x_train.std(0) + 1e-8)
+        return _split(x, y, split)
+
+    return load_split
+
+
+def _synthetic(kind: str, n: int = 2000, dim: int = 16, classes: int = 2):
+    def load_split(split: str) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng({"sum_sign": 1, "random_labels": 2}[kind])
+        x = rng.standard_normal((n, dim)).astype(np.float32)
+        if kind == "sum_sign":
+            y = (x.sum(1) > 0).astype(np.int32)
+        else:
+            y = rng.integers(0, classes, n).astype(np.int32)
+        return _split(x, y, split)
+
+    return load_split
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    """Read a gzipped IDX file (the MNIST format): magic, dims, then uint8 data."""
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    zero, dtype_code, ndim = raw[0] * 256 + raw[1], raw[2], raw[3]
+    if zero != 0 or dtype_code != 0x08:
+        raise DataError(f"{path} is not an IDX file of uint8; delete it and load again")
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+_IDX_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+
+# Checksums of the official files (the same ones TensorFlow Datasets records).
+IDX_REMOTES: dict[str, dict[str, Remote]] = {
+    "mnist": {
+        name: Remote(name, (f"https://ossci-datasets.s3.amazonaws.com/mnist/{name}",
+                            f"https://storage.googleapis.com/cvdf-datasets/mnist/{name}",
+                            f"http://yann.lecun.com/exdb/mnist/{name}"), digest)
+        for name, digest in {
+            "train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+            "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+            "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+            "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+        }.items()
+    },
+    "fashion_mnist": {
+        name: Remote(name, (f"http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/{name}",),
+                     digest)
+        for name, digest in {
+            "train-images-idx3-ubyte.gz": "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
+            "train-labels-idx1-ubyte.gz": "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
+            "t10k-images-idx3-ubyte.gz": "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
+            "t10k-labels-idx1-ubyte.gz": "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5",
+        }.items()
+    },
+    "kmnist": {
+        name: Remote(name, (f"http://codh.rois.ac.jp/kmnist/dataset/kmnist/{name}",), digest)
+        for name, digest in {
+            "train-images-idx3-ubyte.gz": "51467d22d8cc72929e2a028a0428f2086b092bb31cfb79c69cc0a90ce135fde4",
+            "train-labels-idx1-ubyte.gz": "e38f9ebcd0f3ebcdec7fc8eabdcdaef93bb0df8ea12bee65224341c8183d8e17",
+            "t10k-images-idx3-ubyte.gz": "edd7a857845ad6bb1d0ba43fe7e794d164fe2dce499a1694695a792adfac43c5",
+            "t10k-labels-idx1-ubyte.gz": "20bb9a0ef54c7db3efc55a92eef5582c109615df22683c380526788f98e42a1c",
+        }.items()
+    },
+}
+
+CIFAR10_REMOTE = Remote(
+    "cifar-10-python.tar.gz",
+    ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",),
+    "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce",
+)
+
+
+def _idx(name: str):
+    def load_split(split: str) -> tuple[np.ndarray, np.ndarray]:
+        folder = data_dir() / name
+        images, labels = (fetch(IDX_REMOTES[name][f], folder) for f in _IDX_FILES[split])
+        x, y = _read_idx(images), _read_idx(labels)
+        return x.astype(np.float32) / 255.0, y.astype(np.int32)
+
+    return load_split
+
+
+def _cifar10(split: str) -> tuple[np.ndarray, np.ndarray]:
+    archive = fetch(CIFAR10_REMOTE, data_dir() / "cifar10")
+    members = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
+    xs, ys = [], []
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in members:
+            # The archive's sha256 was verified above, so its pickles are the official ones.
+            batch = pickle.load(tar.extractfile(f"cifar-10-batches-py/{member}"), encoding="bytes")
+            xs.append(np.asarray(batch[b"data"], np.uint8).reshape(-1, 3, 32, 32))
+            ys.append(np.asarray(batch[b"labels"], np.int32))
+    x = np.concatenate(xs).transpose(0, 2, 3, 1).astype(np.float32) / 255.0
+    return x, np.concatenate(ys)
+
+
+DATASETS: dict[str, Callable[[str], tuple[np.ndarray, np.ndarray]]] = {
+    "digits": _sklearn("load_digits", "max"),
+    "iris": _sklearn("load_iris", "standard"),
+    "wine": _sklearn("load_wine", "standard"),
+    "breast_cancer": _sklearn("load_breast_cancer", "standard"),
+    "sum_sign": _synthetic("sum_sign"),
+    "random_labels": _synthetic("random_labels"),
+    "mnist": _idx("mnist"),
+    "fashion_mnist": _idx("fashion_mnist"),
+    "kmnist": _idx("kmnist"),
+    "cifar10": _cifar10,
+}
+
+
+def load(name: str, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(x, y)`` for one split of a dataset; see the module docstring."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    return DATASETS[name](split)

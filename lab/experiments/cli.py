@@ -1,0 +1,74 @@
+"""``python -m lab``: run notebooks into reports, rebuild the index.
+
+    python -m lab run notebooks/00_quickstart.ipynb -p epochs 2 [--out reports]
+    python -m lab run --all [--notebooks notebooks]
+    python -m lab report
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from lab.experiments.params import ParameterError
+from lab.experiments.report import build_index
+from lab.experiments.runner import (
+    DEFAULT_CELL_TIMEOUT,
+    INTERRUPTED,
+    OK,
+    RunnerError,
+    run_all,
+    run_notebook,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="execute notebooks and write their reports")
+    run.add_argument("notebook", nargs="?", type=Path, help="the .ipynb file to run")
+    run.add_argument("--all", action="store_true", help="run every notebook with its defaults")
+    run.add_argument("--notebooks", type=Path, default=Path("notebooks"),
+                     help="folder that --all runs (default: notebooks)")
+    run.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
+                     metavar=("NAME", "VALUE"), help="override a parameter (repeatable)")
+    run.add_argument("--out", type=Path, default=Path("reports"),
+                     help="reports folder (default: reports)")
+    run.add_argument("--timeout", type=int, default=DEFAULT_CELL_TIMEOUT,
+                     help=f"seconds one cell may run (default: {DEFAULT_CELL_TIMEOUT})")
+    run.add_argument("--hide-code", action="store_true", help="leave code out of the HTML")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    report = commands.add_parser("report", help="rebuild <out>/index.html from the runs")
+    report.add_argument("--out", type=Path, default=Path("reports"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        print(build_index(args.out))
+        return 0
+    if args.all == (args.notebook is not None):
+        parser.error("give either one NOTEBOOK or --all")
+    if args.all and args.parameter:
+        parser.error("-p applies to one notebook; --all runs every notebook with its defaults")
+    options = dict(out=args.out, timeout=args.timeout, hide_code=args.hide_code,
+                   progress=not args.no_progress)
+    try:
+        if args.all:
+            results = run_all(args.notebooks, **options)
+        else:
+            results = [run_notebook(args.notebook, dict(args.parameter), **options)]
+    except (ParameterError, RunnerError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for r in results:
+        print(f"{r.status:>11}  {r.notebook.name}  {r.report}" + (f"  ({r.error})" if r.error else ""))
+    print(f"index: {args.out / 'index.html'}")
+    bad = [r for r in results if r.status != OK]
+    if not bad:
+        print(f"all {len(results)} notebook(s) ran ok")
+        return 0
+    print(f"{len(bad)} of {len(results)} notebook(s) did not finish: "
+          + ", ".join(f"{r.notebook.name} ({r.status})" for r in bad))
+    return 130 if any(r.status == INTERRUPTED for r in bad) else 1

@@ -1,0 +1,76 @@
+"""Where a run came from: code version, library versions, devices, host, times."""
+
+import os
+import platform
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("jax", "jaxlib", "equinox", "optax", "papermill")
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _git(folder: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True,
+                             timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def git_state(folder: Path) -> dict[str, Any]:
+    """The commit checked out at ``folder`` and whether tracked files differ from it."""
+    commit = _git(folder, "rev-parse", "HEAD")
+    status = _git(folder, "status", "--porcelain", "--untracked-files=no")
+    if commit is None or status is None:
+        return {"commit": None, "dirty": None}
+    return {"commit": commit, "dirty": bool(status)}
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def jax_devices() -> list[str]:
+    """The JAX devices, asked in a child process: importing jax here would make the
+    runner hold GPU memory that the notebook's kernel needs."""
+    code = ("import jax; print('\\n'.join(f'{d.platform}:{d.id} {d.device_kind}' "
+            "for d in jax.devices()))")
+    env = os.environ | {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, timeout=120, check=True)
+    except (OSError, subprocess.SubprocessError) as err:
+        return [f"unknown ({type(err).__name__})"]
+    return out.stdout.splitlines()
+
+
+def collect(notebook: Path, parameters: dict, overrides: dict) -> dict[str, Any]:
+    """Everything known about a run before it starts; the runner adds status and times."""
+    seed = next((parameters[k] for k in ("seed", "seeds") if k in parameters), None)
+    return {
+        "notebook": notebook.name,
+        "notebook_path": str(notebook),
+        "parameters": parameters,
+        "overrides": overrides,
+        "seed": seed,
+        "git": git_state(notebook.resolve().parent),
+        "versions": {"python": platform.python_version()}
+        | {name: _version(name) for name in PACKAGES},
+        "jax_devices": jax_devices(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python_executable": sys.executable,
+    }

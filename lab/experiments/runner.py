@@ -1,0 +1,245 @@
+"""Run notebooks through papermill and keep a record of every run.
+
+``run_notebook`` checks the parameters and the output directory first (a bad value
+fails in milliseconds, before any kernel starts, and writes nothing), then gives the
+run its own directory under ``<out>/runs/``:
+
+    <notebook>-<UTC time stamp>-<parameter hash>/
+        <notebook>.ipynb   the executed notebook
+        report.html        its HTML report (lab template, run header, figures inline)
+        provenance.json    parameters, seed, git, versions, devices, host, times, status
+        metrics.json       whatever the notebook passed to ``lab.experiments.record``
+        figures/*.png      every PNG the notebook displayed
+
+and refreshes ``<out>/<notebook>.html`` (the latest report) and ``<out>/index.html``.
+A notebook that raises, a cell timeout and a dead kernel all give status ``failed``
+with the error at the top of the report; Ctrl-C gives ``interrupted``. Either way
+everything written so far is kept.
+"""
+
+import base64
+import hashlib
+import html
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import papermill
+from papermill.exceptions import PapermillExecutionError
+
+from lab.experiments.params import resolve
+from lab.experiments.provenance import collect, now
+from lab.experiments.records import RUN_DIR_ENV, read_metrics
+from lab.experiments.report import (
+    PROVENANCE_FILE,
+    REPORT_FILE,
+    build_index,
+    export_html,
+    strip_ansi,
+)
+
+KERNEL_NAME = "lab"
+DEFAULT_CELL_TIMEOUT = 1800  # seconds for one cell; a claim preset can raise it with --timeout
+OK, FAILED, INTERRUPTED, RUNNING = "ok", "failed", "interrupted", "running"
+
+
+class RunnerError(RuntimeError):
+    """The run cannot start; the message says what to change."""
+
+
+@dataclass
+class RunResult:
+    notebook: Path
+    run_dir: Path
+    status: str
+    error: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def report(self) -> Path:
+        return self.run_dir / REPORT_FILE
+
+
+def ensure_kernel() -> str:
+    """Make the Jupyter kernel ``lab`` run this very interpreter, and return its name.
+
+    Papermill starts the kernel named in the notebook; if that name points at another
+    Python, the run silently uses another environment. The runner therefore always names
+    ``lab`` and (re)registers it inside ``sys.prefix`` when it is missing or stale.
+    """
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    def current() -> str | None:
+        try:
+            return KernelSpecManager().get_kernel_spec(KERNEL_NAME).argv[0]
+        except NoSuchKernel:
+            return None
+
+    if current() != sys.executable:
+        from ipykernel.kernelspec import install
+
+        install(kernel_name=KERNEL_NAME, display_name="Python (lab)", prefix=sys.prefix)
+        if current() != sys.executable:
+            spec = KernelSpecManager().find_kernel_specs()[KERNEL_NAME]
+            raise RunnerError(f"the kernel {KERNEL_NAME!r} at {spec} runs another Python; "
+                              f"remove it (jupyter kernelspec remove {KERNEL_NAME})")
+    return KERNEL_NAME
+
+
+def check_output_dir(out: Path) -> None:
+    """Refuse an output directory that cannot be written, before anything runs."""
+    try:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out / "runs"):
+            pass
+    except OSError as err:
+        raise RunnerError(f"cannot write to output directory {out} ({err.strerror}); "
+                          "pass --out with a writable directory") from None
+
+
+def check_notebook(notebook: Path) -> None:
+    if notebook.suffix != ".ipynb":
+        raise RunnerError(f"{notebook} is not a notebook; pass a .ipynb file")
+    if not notebook.is_file():
+        raise RunnerError(f"notebook {notebook} does not exist; see `ls notebooks/`")
+
+
+def _new_run_dir(out: Path, notebook: Path, parameters: dict) -> Path:
+    digest = hashlib.sha1(json.dumps(parameters, sort_keys=True, default=str).encode())
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    base = out / "runs" / f"{notebook.stem}-{stamp}-{digest.hexdigest()[:8]}"
+    folder, n = base, 1
+    while folder.exists():
+        folder, n = base.with_name(f"{base.name}-{n}"), n + 1
+    folder.mkdir(parents=True)
+    return folder
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
+
+
+@contextmanager
+def _environ(**values: str):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _failing_cell(nb: nbformat.NotebookNode) -> tuple[int | None, str]:
+    """Index and traceback of the cell that raised or never finished."""
+    for i, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            if output.output_type == "error":
+                return i, strip_ansi("\n".join(output.traceback))
+    for i, cell in enumerate(nb.cells):
+        if cell.get("metadata", {}).get("papermill", {}).get("status") in (RUNNING, FAILED):
+            return i, ""
+    return None, ""
+
+
+def _add_error_banner(nb: nbformat.NotebookNode, status: str, error: str) -> None:
+    """Put the error and its traceback in a cell at the top of the notebook."""
+    nb.cells = [c for c in nb.cells if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]
+    index, traceback = _failing_cell(nb)
+    where = f"in cell {index}" if index is not None else "before any cell ran"
+    source = (f'<div style="border:2px solid #c0392b;padding:0.6em;border-radius:6px">\n'
+              f"<b>This run {status} {where}:</b> {html.escape(error)}\n"
+              + (f"<pre>{html.escape(traceback)}</pre>\n" if traceback else "") + "</div>")
+    banner = nbformat.v4.new_markdown_cell(source, metadata={"tags": ["lab-error"]})
+    banner.pop("id", None)
+    nb.cells.insert(0, banner)
+
+
+def _save_figures(nb: nbformat.NotebookNode, folder: Path) -> list[str]:
+    names = []
+    for i, cell in enumerate(nb.cells):
+        for j, output in enumerate(cell.get("outputs", [])):
+            png = output.get("data", {}).get("image/png")
+            if png:
+                folder.mkdir(exist_ok=True)
+                name = f"cell{i:02d}-{j}.png"
+                (folder / name).write_bytes(base64.b64decode(png))
+                names.append(name)
+    return names
+
+
+def run_notebook(notebook: str | Path, overrides: dict[str, Any] | None = None, *,
+                 out: str | Path = "reports", timeout: int = DEFAULT_CELL_TIMEOUT,
+                 hide_code: bool = False, progress: bool = True) -> RunResult:
+    """Execute one notebook with ``overrides`` for its parameters; see the module doc."""
+    notebook, out = Path(notebook), Path(out)
+    check_notebook(notebook)
+    parameters, overrides = resolve(notebook, overrides or {})
+    check_output_dir(out)
+    kernel = ensure_kernel()
+
+    folder = _new_run_dir(out, notebook, parameters)
+    executed = folder / notebook.name
+    run = collect(notebook, parameters, overrides) | {
+        "run_dir": str(folder), "status": RUNNING,
+        "started": now(), "ended": None, "duration_s": None, "error": None,
+    }
+    _write_json(folder / PROVENANCE_FILE, run)
+    status, error, start = OK, None, time.monotonic()
+    try:
+        with _environ(**{RUN_DIR_ENV: str(folder.resolve())}):
+            papermill.execute_notebook(
+                str(notebook), str(executed), parameters=overrides, kernel_name=kernel,
+                cwd=str(folder), execution_timeout=timeout, progress_bar=progress)
+    except PapermillExecutionError as err:
+        interrupted = err.ename == "KeyboardInterrupt"
+        status, error = (INTERRUPTED if interrupted else FAILED), f"{err.ename}: {err.evalue}"
+    except KeyboardInterrupt:
+        status, error = INTERRUPTED, "interrupted by the user (Ctrl-C)"
+    except Exception as err:  # a cell timeout, a dead kernel, a kernel that never started
+        status, error = FAILED, f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
+    finally:
+        run |= {"status": status, "error": error, "ended": now(),
+                "duration_s": round(time.monotonic() - start, 2)}
+        _finish(notebook, executed, folder, out, run, hide_code)
+    return RunResult(notebook, folder, status, error, run["metrics"])
+
+
+def _finish(notebook: Path, executed: Path, folder: Path, out: Path, run: dict,
+            hide_code: bool) -> None:
+    """Write provenance, figures, the HTML report and the index, whatever happened."""
+    nb = nbformat.read(executed if executed.exists() else notebook, as_version=4)
+    if run["status"] != OK:
+        _add_error_banner(nb, run["status"], run["error"])
+        nbformat.write(nb, executed)
+    run["figures"] = _save_figures(nb, folder / "figures")
+    run["metrics"] = read_metrics(folder)
+    _write_json(folder / PROVENANCE_FILE, {k: v for k, v in run.items() if k != "metrics"})
+    report = export_html(nb, run, folder / REPORT_FILE, hide_code=hide_code)
+    shutil.copyfile(report, out / f"{notebook.stem}.html")
+    build_index(out)
+
+
+def run_all(folder: str | Path = "notebooks", **kwargs: Any) -> list[RunResult]:
+    """Run every notebook in ``folder`` with its defaults, in name order; a failure does
+    not stop the others, Ctrl-C does."""
+    results = []
+    for notebook in sorted(Path(folder).glob("*.ipynb")):
+        results.append(run_notebook(notebook, **kwargs))
+        if results[-1].status == INTERRUPTED:
+            break
+    return results
