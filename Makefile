@@ -22,6 +22,7 @@ reports: $(SETUP)
 
 ## The whole test suite, in parallel; notebooks run with smoke parameters.
 test: $(SETUP)
+	$(VENV)/bin/ruff check lab tests benchmarks
 	$(PY) -m pytest -n auto
 
 ## Everything but the end-to-end notebook runs.

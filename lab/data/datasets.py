@@ -84,39 +84,36 @@ _IDX_FILES = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
     "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
 }
-
-# Checksums of the official files (the same ones TensorFlow Datasets records).
+_IDX_MIRRORS = {
+    "mnist": ("https://ossci-datasets.s3.amazonaws.com/mnist/",
+              "https://storage.googleapis.com/cvdf-datasets/mnist/",
+              "http://yann.lecun.com/exdb/mnist/"),
+    "fashion_mnist": ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",),
+    "kmnist": ("http://codh.rois.ac.jp/kmnist/dataset/kmnist/",),
+}
+# sha256 of the official files (the same ones TensorFlow Datasets records), in the order
+# train images, train labels, test images, test labels.
+_IDX_SHA256 = {
+    "mnist": ("440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+              "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+              "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+              "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"),
+    "fashion_mnist": ("3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
+                      "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
+                      "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
+                      "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5"),
+    "kmnist": ("51467d22d8cc72929e2a028a0428f2086b092bb31cfb79c69cc0a90ce135fde4",
+               "e38f9ebcd0f3ebcdec7fc8eabdcdaef93bb0df8ea12bee65224341c8183d8e17",
+               "edd7a857845ad6bb1d0ba43fe7e794d164fe2dce499a1694695a792adfac43c5",
+               "20bb9a0ef54c7db3efc55a92eef5582c109615df22683c380526788f98e42a1c"),
+}
 IDX_REMOTES: dict[str, dict[str, Remote]] = {
-    "mnist": {
-        name: Remote(name, (f"https://ossci-datasets.s3.amazonaws.com/mnist/{name}",
-                            f"https://storage.googleapis.com/cvdf-datasets/mnist/{name}",
-                            f"http://yann.lecun.com/exdb/mnist/{name}"), digest)
-        for name, digest in {
-            "train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
-            "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
-            "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
-            "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
-        }.items()
-    },
-    "fashion_mnist": {
-        name: Remote(name, (f"http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/{name}",),
-                     digest)
-        for name, digest in {
-            "train-images-idx3-ubyte.gz": "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
-            "train-labels-idx1-ubyte.gz": "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
-            "t10k-images-idx3-ubyte.gz": "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
-            "t10k-labels-idx1-ubyte.gz": "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5",
-        }.items()
-    },
-    "kmnist": {
-        name: Remote(name, (f"http://codh.rois.ac.jp/kmnist/dataset/kmnist/{name}",), digest)
-        for name, digest in {
-            "train-images-idx3-ubyte.gz": "51467d22d8cc72929e2a028a0428f2086b092bb31cfb79c69cc0a90ce135fde4",
-            "train-labels-idx1-ubyte.gz": "e38f9ebcd0f3ebcdec7fc8eabdcdaef93bb0df8ea12bee65224341c8183d8e17",
-            "t10k-images-idx3-ubyte.gz": "edd7a857845ad6bb1d0ba43fe7e794d164fe2dce499a1694695a792adfac43c5",
-            "t10k-labels-idx1-ubyte.gz": "20bb9a0ef54c7db3efc55a92eef5582c109615df22683c380526788f98e42a1c",
-        }.items()
-    },
+    name: {
+        filename: Remote(filename, tuple(m + filename for m in _IDX_MIRRORS[name]), digest)
+        for filename, digest in zip(_IDX_FILES["train"] + _IDX_FILES["test"], digests,
+                                    strict=True)
+    }
+    for name, digests in _IDX_SHA256.items()
 }
 
 CIFAR10_REMOTE = Remote(

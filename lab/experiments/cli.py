@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for r in results:
-        print(f"{r.status:>11}  {r.notebook.name}  {r.report}" + (f"  ({r.error})" if r.error else ""))
+        reason = f"  ({r.error})" if r.error else ""
+        print(f"{r.status:>11}  {r.notebook.name}  {r.report}{reason}")
     print(f"index: {args.out / 'index.html'}")
     bad = [r for r in results if r.status != OK]
     if not bad:

@@ -165,7 +165,6 @@ def _add_error_banner(nb: nbformat.NotebookNode, status: str, error: str) -> Non
               f"<b>This run {status} {where}:</b> {html.escape(error)}\n"
               + (f"<pre>{html.escape(traceback)}</pre>\n" if traceback else "") + "</div>")
     banner = nbformat.v4.new_markdown_cell(source, metadata={"tags": ["lab-error"]})
-    banner.pop("id", None)
     nb.cells.insert(0, banner)
 
 

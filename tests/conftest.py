@@ -1,0 +1,37 @@
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_notebook(path: Path, parameters: str, *cells: str) -> Path:
+    """A notebook with a tagged parameters cell followed by ``cells``."""
+    nb = new_notebook(
+        cells=[new_code_cell(parameters, metadata={"tags": ["parameters"]})]
+        + [new_code_cell(c) for c in cells],
+        metadata={"kernelspec": {"name": "lab", "display_name": "Python (lab)",
+                                 "language": "python"}},
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def run_dirs(out: Path) -> list[Path]:
+    return sorted(p for p in (out / "runs").glob("*") if p.is_dir())
+
+
+def provenance(run_dir: Path) -> dict:
+    return json.loads((run_dir / "provenance.json").read_text())
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch) -> Path:
+    """An empty dataset cache: nothing outside the test is read or written."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("LAB_DATA_DIR", str(folder))
+    return folder

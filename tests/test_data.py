@@ -1,0 +1,154 @@
+import gzip
+import hashlib
+import io
+import pickle
+import struct
+import tarfile
+
+import numpy as np
+import pytest
+
+from lab.data import DataError, load
+from lab.data import datasets as ds
+from lab.data.download import Remote, fetch
+
+
+@pytest.mark.parametrize("name, features, classes", [
+    ("digits", 64, 10), ("iris", 4, 3), ("wine", 13, 3), ("breast_cancer", 30, 2),
+    ("sum_sign", 16, 2), ("random_labels", 16, 2),
+])
+def test_load_bundled_splits_are_disjoint_stratified_and_fixed(name, features, classes):
+    x_train, y_train = load(name, "train")
+    x_test, y_test = load(name, "test")
+    assert x_train.dtype == np.float32 and y_train.dtype == np.int32
+    assert x_train.shape[1] == x_test.shape[1] == features
+    assert set(np.unique(y_train)) == set(range(classes))
+    total = len(y_train) + len(y_test)
+    assert abs(len(y_test) / total - 0.2) < 0.01
+    # every class keeps its share in the test split (stratified)
+    for c in range(classes):
+        share = (y_test == c).sum() / ((y_train == c).sum() + (y_test == c).sum())
+        assert abs(share - 0.2) < 0.05
+    # no example appears in both splits, and a second load gives the same arrays
+    train_rows = {row.tobytes() for row in x_train}
+    assert not any(row.tobytes() in train_rows for row in x_test)
+    np.testing.assert_array_equal(load(name, "test")[0], x_test)
+
+
+def test_load_sum_sign_label_is_sign_of_sum():
+    x, y = load("sum_sign")
+    np.testing.assert_array_equal(y, (x.sum(1) > 0).astype(np.int32))
+
+
+def test_load_standardises_with_train_statistics():
+    x_train, _ = load("wine", "train")
+    np.testing.assert_allclose(x_train.mean(0), 0, atol=1e-5)
+    np.testing.assert_allclose(x_train.std(0), 1, atol=1e-4)
+
+
+def test_load_rejects_unknown_names():
+    with pytest.raises(ValueError, match="unknown dataset 'mnistt'; choose one of digits"):
+        load("mnistt")
+    with pytest.raises(ValueError, match="unknown split 'val'"):
+        load("digits", "val")
+
+
+# ---- downloaded datasets, served from files this test writes -------------------------
+
+
+def _idx_gz(array: np.ndarray) -> bytes:
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim)
+    header += b"".join(struct.pack(">I", n) for n in array.shape)
+    return gzip.compress(header + array.astype(np.uint8).tobytes())
+
+
+def _serve(tmp_path, monkeypatch, remotes_attr, name, files: dict[str, bytes]):
+    """Write ``files`` under tmp_path/server and point the dataset's remotes at them."""
+    server = tmp_path / "server"
+    server.mkdir(exist_ok=True)
+    remotes = {}
+    for filename, content in files.items():
+        (server / filename).write_bytes(content)
+        remotes[filename] = Remote(filename, (f"file://{server / filename}",),
+                                   hashlib.sha256(content).hexdigest())
+    if remotes_attr == "IDX_REMOTES":
+        monkeypatch.setitem(ds.IDX_REMOTES, name, remotes)
+    else:
+        monkeypatch.setattr(ds, remotes_attr, next(iter(remotes.values())))
+    return server
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "kmnist"])
+def test_load_idx_datasets_download_verify_and_parse(tmp_path, monkeypatch, data_dir, name):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (5, 28, 28))
+    labels = rng.integers(0, 10, 5)
+    files = {"train-images-idx3-ubyte.gz": _idx_gz(images),
+             "train-labels-idx1-ubyte.gz": _idx_gz(labels),
+             "t10k-images-idx3-ubyte.gz": _idx_gz(images[:2]),
+             "t10k-labels-idx1-ubyte.gz": _idx_gz(labels[:2])}
+    server = _serve(tmp_path, monkeypatch, "IDX_REMOTES", name, files)
+    x, y = load(name, "train")
+    assert x.shape == (5, 28, 28) and x.dtype == np.float32
+    np.testing.assert_allclose(x, images / 255.0, rtol=1e-6)
+    np.testing.assert_array_equal(y, labels)
+    assert load(name, "test")[0].shape == (2, 28, 28)
+    # a second load reads the cache: the server can go away
+    for f in server.iterdir():
+        f.unlink()
+    np.testing.assert_array_equal(load(name, "train")[1], labels)
+
+
+def test_load_cifar10_reads_python_pickles(tmp_path, monkeypatch, data_dir):
+    rng = np.random.default_rng(1)
+    buffer = io.BytesIO()
+    batches = {}
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for member in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+            data = rng.integers(0, 256, (2, 3072), dtype=np.uint8)
+            labels = rng.integers(0, 10, 2).tolist()
+            batches[member] = (data, labels)
+            blob = pickle.dumps({b"data": data, b"labels": labels})
+            info = tarfile.TarInfo(f"cifar-10-batches-py/{member}")
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    _serve(tmp_path, monkeypatch, "CIFAR10_REMOTE", "cifar10",
+           {"cifar-10-python.tar.gz": buffer.getvalue()})
+    x, y = load("cifar10", "train")
+    assert x.shape == (10, 32, 32, 3) and y.shape == (10,)
+    first = batches["data_batch_1"][0][0].reshape(3, 32, 32).transpose(1, 2, 0) / 255.0
+    np.testing.assert_allclose(x[0], first, rtol=1e-6)
+    x_test, y_test = load("cifar10", "test")
+    assert y_test.tolist() == batches["test_batch"][1]
+
+
+def test_fetch_checksum_mismatch_leaves_nothing(tmp_path):
+    source = tmp_path / "file.bin"
+    source.write_bytes(b"corrupted")
+    remote = Remote("file.bin", (f"file://{source}",), hashlib.sha256(b"good").hexdigest())
+    cache = tmp_path / "cache"
+    with pytest.raises(DataError, match="sha256 mismatch") as err:
+        fetch(remote, cache)
+    assert "\n" not in str(err.value)
+    assert list(cache.iterdir()) == []  # no partial or unverified file stays behind
+
+
+def test_fetch_offline_fails_with_one_actionable_line(tmp_path):
+    # Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
+    remote = Remote("x.gz", ("http://127.0.0.1:9/x.gz",), "0" * 64)
+    with pytest.raises(DataError) as err:
+        fetch(remote, tmp_path / "cache", timeout=5)
+    message = str(err.value)
+    assert "could not download x.gz" in message and "copy the file into" in message
+    assert "\n" not in message
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_fetch_refuses_a_cached_file_with_the_wrong_checksum(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "x.gz").write_bytes(b"tampered")
+    remote = Remote("x.gz", ("http://127.0.0.1:9/x.gz",), hashlib.sha256(b"real").hexdigest())
+    with pytest.raises(DataError, match="wrong sha256.*delete it"):
+        fetch(remote, cache)
+    assert (cache / "x.gz").read_bytes() == b"tampered"  # the user's file is not destroyed

@@ -1,0 +1,69 @@
+"""Every notebook in notebooks/: committed clean, and runnable through the runner and
+through plain papermill with smoke parameters."""
+
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from lab.experiments import notebook_parameters, run_notebook
+from tests.conftest import ROOT
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+# Tiny parameters per notebook: enough to execute every cell in seconds.
+SMOKE = {
+    "00_quickstart": {"epochs": 2, "width": 16},
+}
+# Metrics each notebook must record.
+HEADLINE = {
+    "00_quickstart": {"test_accuracy", "test_loss", "train_loss"},
+}
+
+
+def test_every_notebook_has_smoke_parameters():
+    assert {nb.stem for nb in NOTEBOOKS} == set(SMOKE) == set(HEADLINE)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_committed_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, \
+                f"{path.name} has outputs; clear them before committing"
+    assert nb.metadata.kernelspec.name == "lab"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_parameters_cell_holds_the_smoke_names(path):
+    assert set(SMOKE[path.stem]) <= set(notebook_parameters(path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_through_the_runner_deterministically(path, tmp_path):
+    out = tmp_path / "reports"
+    first = run_notebook(path, SMOKE[path.stem], out=out, progress=False)
+    assert first.status == "ok", first.error
+    assert HEADLINE[path.stem] <= set(first.metrics)
+    html = first.report.read_text()
+    assert "status-ok" in html and "data:image/png" in html
+    second = run_notebook(path, SMOKE[path.stem], out=out, progress=False)
+    assert second.metrics == first.metrics  # same notebook, parameters and seed
+    assert second.run_dir != first.run_dir  # nothing overwritten
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_under_plain_papermill(path, tmp_path):
+    args = [arg for name, value in SMOKE[path.stem].items() for arg in ("-p", name, str(value))]
+    out = tmp_path / path.name
+    result = subprocess.run(
+        [sys.executable, "-m", "papermill", str(path), str(out), "--cwd", str(tmp_path), *args],
+        capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    executed = nbformat.read(out, as_version=4)
+    assert any(cell.get("outputs") for cell in executed.cells)

@@ -1,0 +1,39 @@
+"""The install files agree with each other, and the README covers every notebook."""
+
+import re
+import tomllib
+
+import yaml
+
+from tests.conftest import ROOT
+
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_environment_yml_matches_pyproject():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    (pip_section,) = [d["pip"] for d in env["dependencies"] if isinstance(d, dict)]
+    python = next(d for d in conda if d.startswith("python"))
+    assert python.removeprefix("python") == PYPROJECT["requires-python"]
+    assert "pip" in conda
+    (install,) = pip_section
+    extras = re.fullmatch(r"-e \.\[(.*)\]", install).group(1).split(",")
+    assert sorted(extras) == sorted(PYPROJECT["optional-dependencies"])
+
+
+def test_mujoco_stays_below_4():
+    # mujoco 4.0.0 breaks dm-control 1.0.50 (MjModel has no attribute flex_vertedge).
+    (mujoco,) = [d for d in PYPROJECT["optional-dependencies"]["dmc"] if d.startswith("mujoco")]
+    assert "<4" in mujoco
+
+
+def test_readme_describes_every_notebook():
+    readme = (ROOT / "README.md").read_text()
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        assert f"notebooks/{notebook.name}" in readme, f"README does not mention {notebook.name}"
+    assert "make reports" in readme and "make test" in readme
+
+
+def test_ci_runs_make_test():
+    assert "make test" in (ROOT / ".ci" / "run").read_text()

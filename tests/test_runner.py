@@ -1,0 +1,152 @@
+"""The runner end to end, on small notebooks the tests write (no jax work)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+
+from lab.experiments import build_index, run_notebook
+from lab.experiments.cli import main
+from tests.conftest import ROOT, provenance, run_dirs, write_notebook
+
+pytestmark = pytest.mark.slow
+
+PROVENANCE_FIELDS = {"parameters", "overrides", "seed", "git", "versions", "jax_devices",
+                     "xla_flags", "host", "started", "ended", "status", "duration_s"}
+
+
+def _lab(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, capture_output=True,
+                          text=True, **kwargs)
+
+
+@pytest.fixture
+def notebooks(tmp_path):
+    folder = tmp_path / "notebooks"
+    write_notebook(folder / "a_fails.ipynb", "x = 1", "print('before')",
+                   "raise ValueError('deliberate failure')", "print('never')")
+    write_notebook(folder / "b_records.ipynb", "x = 1\nseed = 3",
+                   "from lab.experiments import record\nrecord(x=x, doubled=2 * x)",
+                   "import matplotlib.pyplot as plt\nplt.plot([0, 1], [0, x])\nplt.show()")
+    return folder
+
+
+def test_run_all_continues_past_a_failure_and_reports_it(notebooks, tmp_path):
+    out = tmp_path / "reports"
+    result = _lab("run", "--all", "--notebooks", str(notebooks), "--out", str(out),
+                  "--no-progress")
+    assert result.returncode == 1
+    assert result.stdout.strip().splitlines()[-1] == \
+        "1 of 2 notebook(s) did not finish: a_fails.ipynb (failed)"
+    failed, ok = run_dirs(out)
+    assert provenance(failed)["status"] == "failed"
+    assert provenance(failed)["error"] == "ValueError: deliberate failure"
+    assert provenance(ok)["status"] == "ok"
+    # the failing run keeps its executed notebook, with the error in a banner at the top
+    nb = nbformat.read(failed / "a_fails.ipynb", as_version=4)
+    assert "This run failed in cell 2" in nb.cells[0].source
+    assert "deliberate failure" in nb.cells[0].source
+    html = (failed / "report.html").read_text()
+    assert html.index("This run failed") < html.index("'before'")
+    assert "Traceback" in html or "ValueError" in html
+    index = (out / "index.html").read_text()
+    assert 'class="failed">failed' in index and 'class="ok">ok' in index
+    assert (out / "a_fails.html").exists() and (out / "b_records.html").exists()
+
+
+def test_run_notebook_writes_records_provenance_and_figures(notebooks, tmp_path):
+    out = tmp_path / "reports"
+    result = run_notebook(notebooks / "b_records.ipynb", {"x": "4"}, out=out, progress=False)
+    assert result.status == "ok" and result.metrics == {"x": 4, "doubled": 8}
+    run = provenance(result.run_dir)
+    assert PROVENANCE_FIELDS <= set(run)
+    assert run["parameters"] == {"x": 4, "seed": 3} and run["overrides"] == {"x": 4}
+    assert run["seed"] == 3
+    assert set(run["versions"]) == {"python", "jax", "jaxlib", "equinox", "optax", "papermill"}
+    assert run["jax_devices"][0].startswith("cpu:0")
+    assert set(run["git"]) == {"commit", "dirty"}
+    assert json.loads((result.run_dir / "metrics.json").read_text()) == {"x": 4, "doubled": 8}
+    assert run["figures"] == ["cell03-0.png"]
+    assert (result.run_dir / "figures" / "cell03-0.png").read_bytes()[:4] == b"\x89PNG"
+    html = result.report.read_text()
+    assert "b_records.ipynb" in html and "doubled=8" in html and "data:image/png" in html
+    assert result.run_dir.name.startswith("b_records-")
+
+
+def test_run_notebook_hide_code_leaves_code_out(notebooks, tmp_path):
+    result = run_notebook(notebooks / "b_records.ipynb", out=tmp_path / "r", hide_code=True,
+                          progress=False)
+    assert "record(x=x" not in result.report.read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-p", "nope", "1"],
+     "error: unknown parameter 'nope' for b_records.ipynb; valid names: x, seed"),
+    (["-p", "x", "abc"], "error: parameter 'x' expects int, got 'abc'"),
+])
+def test_cli_bad_parameter_fails_before_execution_and_writes_nothing(notebooks, tmp_path,
+                                                                     args, message, capsys):
+    out = tmp_path / "reports"
+    code = main(["run", str(notebooks / "b_records.ipynb"), *args, "--out", str(out)])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == message
+    assert not out.exists()
+
+
+def test_cli_refuses_an_unwritable_output_directory(notebooks, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("keep me")
+    code = main(["run", str(notebooks / "b_records.ipynb"), "--out", str(blocker / "reports")])
+    assert code == 2
+    assert capsys.readouterr().err.startswith("error: cannot write to output directory")
+    assert blocker.read_text() == "keep me"
+
+
+def test_cell_timeout_is_recorded_as_failed(tmp_path):
+    notebook = write_notebook(tmp_path / "slow.ipynb", "seconds = 60",
+                              "import time\ntime.sleep(seconds)")
+    result = run_notebook(notebook, out=tmp_path / "r", timeout=2, progress=False)
+    assert result.status == "failed" and result.error.startswith("CellTimeoutError")
+    assert "This run failed in cell 1" in result.report.read_text()
+
+
+def test_dead_kernel_is_recorded_as_failed(tmp_path):
+    notebook = write_notebook(tmp_path / "dies.ipynb", "code = 3", "import os\nos._exit(code)")
+    result = run_notebook(notebook, out=tmp_path / "r", progress=False)
+    assert result.status == "failed" and "DeadKernelError" in result.error
+    assert result.report.exists()
+
+
+def test_ctrl_c_marks_the_run_interrupted_and_keeps_it(tmp_path):
+    notebook = write_notebook(tmp_path / "sleepy.ipynb", "seconds = 60",
+                              "import time\nprint('sleeping', flush=True)\ntime.sleep(seconds)")
+    out = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "lab", "run", str(notebook), "--out", str(out),
+                             "--no-progress"], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait until the cell is really running
+        executed = list(out.glob("runs/*/sleepy.ipynb"))
+        if executed and "sleeping" in executed[0].read_text():
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    (folder,) = run_dirs(out)
+    assert provenance(folder)["status"] == "interrupted"
+    assert (folder / "report.html").exists() and (folder / "sleepy.ipynb").exists()
+
+
+def test_report_command_rebuilds_the_index(notebooks, tmp_path):
+    out = tmp_path / "reports"
+    run_notebook(notebooks / "b_records.ipynb", out=out, progress=False)
+    (out / "index.html").unlink()
+    assert main(["report", "--out", str(out)]) == 0
+    assert "b_records.ipynb" in (out / "index.html").read_text()
+    assert build_index(out) == out / "index.html"
