@@ -1,0 +1,193 @@
+"""ProxProp: proximal backpropagation (Frerix, Möllenhoff, Moeller & Cremers, ICLR 2018).
+
+Backpropagation takes an explicit gradient step on every layer. ProxProp keeps the
+explicit steps on the activations but takes an implicit (proximal) step on the linear
+parameters ``theta`` of each hidden ``Linear`` or ``Conv2d`` layer ``z = phi(theta, a)``:
+
+1. a forward pass keeps each layer's input ``a`` and output ``z`` (pre-activation);
+2. one backward pass at the current weights gives ``g = dL/dz`` for every layer, with
+   ``L`` the loss *averaged* over the batch;
+3. the target is ``z* = z - g``, and the proximal step solves
+
+       theta_new = argmin_theta 1/2 sum_batch ||phi(theta, a) - z*||^2
+                                + 1/(2 tau) ||theta - theta_k||^2
+
+   (a *sum* over the batch paired with the *mean* loss: this fixes the scale of ``tau``);
+4. the direction ``d = theta_k - theta_new`` is handed to any optax transformation in place
+   of the gradient. The last layer gets its ordinary gradient.
+
+Because ``phi`` is linear in ``theta`` (Jacobian ``J``, so ``J^T g`` is the gradient), the
+step has the closed form ``d = (J^T J + I/tau)^-1 J^T g``: a positive-definite
+preconditioner times the gradient, hence a descent direction (the paper's theorem), and
+``d / tau -> gradient`` as ``tau -> 0``. Solvers:
+
+- ``"exact"`` (Linear layers): with ``A = [a, 1]`` (batch x (in+1)) and ``G`` the stacked
+  ``g``, ``d^T = A^T (A A^T + I/tau)^-1 G`` by a Cholesky solve of size batch, or the
+  equivalent ``(A^T A + I/tau)^-1 A^T G`` of size in+1, whichever is smaller;
+- ``"cgK"`` (Linear and Conv2d; ``cg3``, ``cg5``, ``cg10`` in the paper): K conjugate
+  gradient iterations on ``(J^T J + I/tau) d = J^T g`` from ``d = 0``, i.e. warm-started at
+  ``theta_k``; ``J`` and ``J^T`` are the layer's own forward map and its transpose;
+- ``"gradient"``: plain backpropagation through the same code, for like-for-like timing.
+"""
+
+import re
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.scipy.linalg import cho_factor, cho_solve
+from jax.scipy.sparse.linalg import cg
+
+PARAMETERISED = (eqx.nn.Linear, eqx.nn.Conv2d)
+PARAMETER_FREE = (eqx.nn.Lambda, eqx.nn.MaxPool2d, eqx.nn.AvgPool2d)
+_CG = re.compile(r"cg([1-9][0-9]*)")
+
+
+@dataclass(frozen=True)
+class ProxProp:
+    """How hidden layers are updated: ``tau`` (the proximal step size) and the solver."""
+
+    tau: float = 0.05
+    """Proximal step size; > 0. Small tau: the direction approaches tau * gradient."""
+    solver: str = "cg3"
+    """'exact' (Linear layers only), 'cgK' for K conjugate-gradient iterations, or
+    'gradient' (plain backprop)."""
+
+    def __post_init__(self):
+        if not (isinstance(self.tau, int | float) and 0 < self.tau < float("inf")):
+            raise ValueError(f"ProxProp tau must be a positive number, got {self.tau!r}")
+        if self.solver not in ("exact", "gradient") and not _CG.fullmatch(str(self.solver)):
+            raise ValueError(f"unknown ProxProp solver {self.solver!r}; use 'exact', 'gradient'"
+                             " or 'cgK' with K iterations (cg3, cg5, cg10)")
+
+    @property
+    def cg_iterations(self) -> int | None:
+        match = _CG.fullmatch(self.solver)
+        return int(match.group(1)) if match else None
+
+
+def parameterised_layers(model: eqx.nn.Sequential, solver: str) -> list[int]:
+    """Indices of the Linear/Conv2d layers; raises for a layer ProxProp cannot handle."""
+    if not isinstance(model, eqx.nn.Sequential):
+        raise TypeError(f"ProxProp needs an eqx.nn.Sequential, got {type(model).__name__}; "
+                        "build the model with lab.models.mlp or lab.models.convnet")
+    found = []
+    for i, layer in enumerate(model.layers):
+        if isinstance(layer, PARAMETERISED):
+            found.append(i)
+        elif not isinstance(layer, PARAMETER_FREE):
+            raise TypeError(f"ProxProp cannot handle layer {i} ({type(layer).__name__}); "
+                            "use Linear, Conv2d, pooling and Lambda activations")
+    hidden = found[:-1]
+    if solver == "exact":
+        for i in hidden:
+            if not isinstance(model.layers[i], eqx.nn.Linear):
+                raise TypeError(f"solver 'exact' handles Linear layers only, but layer {i} is "
+                                f"{type(model.layers[i]).__name__}; use cg3, cg5 or cg10")
+    return found
+
+
+def _tapped_forward(layers, taps, x, perturbations):
+    """One example through ``layers``; returns the output and each tapped layer's input.
+    ``perturbations`` (zeros) are added to the tapped outputs so that the gradient with
+    respect to them is ``dL/dz``."""
+    inputs = []
+    for i, layer in enumerate(layers):
+        if i in taps:
+            inputs.append(x)
+            x = layer(x) + perturbations[taps.index(i)]
+        else:
+            x = layer(x)
+    return x, inputs
+
+
+def _exact_linear(layer: eqx.nn.Linear, a: jax.Array, g: jax.Array, tau: float):
+    """``d^T = A^T (A A^T + I/tau)^-1 G`` with ``A = [a, 1]``, solved at the smaller size."""
+    with_bias = layer.bias is not None
+    A = jnp.concatenate([a, jnp.ones((a.shape[0], 1), a.dtype)], 1) if with_bias else a
+    batch, features = A.shape
+    if batch <= features:
+        K = A @ A.T + jnp.eye(batch, dtype=A.dtype) / tau
+        D = A.T @ cho_solve(cho_factor(K), g)
+    else:
+        K = A.T @ A + jnp.eye(features, dtype=A.dtype) / tau
+        D = cho_solve(cho_factor(K), A.T @ g)
+    weight = D[: a.shape[1]].T
+    return (weight, D[-1]) if with_bias else (weight,)
+
+
+def _cg(layer, a: jax.Array, g: jax.Array, gradient, tau: float, iterations: int):
+    """K conjugate-gradient iterations on ``(J^T J + I/tau) d = J^T g`` from ``d = 0``."""
+    params, static = eqx.partition(layer, eqx.is_array)
+    _, forward = jax.linearize(lambda p: jax.vmap(eqx.combine(p, static))(a), params)
+    transpose = jax.linear_transpose(forward, params)
+
+    def normal(v):
+        (jtjv,) = transpose(forward(v))
+        return jax.tree.map(lambda x, y: x + y / tau, jtjv, v)
+
+    rhs = eqx.filter(gradient, eqx.is_array)
+    d, _ = cg(normal, rhs, x0=jax.tree.map(jnp.zeros_like, rhs), tol=0.0, atol=0.0,
+              maxiter=iterations)
+    return d
+
+
+@eqx.filter_jit
+def proximal_step(layer, a: jax.Array, g: jax.Array, gradient, config: ProxProp):
+    """The direction ``theta_k - theta_new`` for one layer, shaped like ``gradient`` (the
+    layer's backprop gradient, which the 'gradient' solver returns unchanged).
+
+    a: the layer's batched inputs; g: ``dL/dz`` for its batched outputs."""
+    if config.solver == "gradient":
+        return gradient
+    if config.solver == "exact":
+        g2 = g.reshape(g.shape[0], -1)
+        arrays = _exact_linear(layer, a.reshape(a.shape[0], -1), g2, config.tau)
+        if layer.bias is None:
+            return eqx.tree_at(lambda grad: (grad.weight,), gradient, arrays)
+        return eqx.tree_at(lambda grad: (grad.weight, grad.bias), gradient, arrays)
+    return eqx.combine(_cg(layer, a, g, gradient, config.tau, config.cg_iterations), gradient)
+
+
+@eqx.filter_jit
+def value_and_direction(model: eqx.nn.Sequential, x: jax.Array, y: jax.Array, loss_fn,
+                        config: ProxProp):
+    """Like ``eqx.filter_value_and_grad``, but with ProxProp directions.
+
+    model: an ``eqx.nn.Sequential`` taking one example; x, y: a batch; loss_fn(outputs,
+    y) -> (mean loss, aux). Returns ``((loss, aux), directions)``, ``directions`` shaped like
+    the model's gradient, for ``optimizer.update``.
+    """
+    taps = parameterised_layers(model, config.solver)
+    layers = model.layers
+    zeros = [jnp.zeros((x.shape[0], *s.shape), s.dtype)
+             for s in _tapped_output_shapes(layers, taps, x[0])]
+
+    @eqx.filter_value_and_grad(has_aux=True)
+    def loss_and_signals(differentiable):
+        model, perturbations = differentiable
+        outputs, inputs = jax.vmap(_tapped_forward, (None, None, 0, 0))(
+            model.layers, taps, x, perturbations)
+        loss, aux = loss_fn(outputs, y)
+        return loss, (aux, inputs)
+
+    (loss, (aux, inputs)), (grads, signals) = loss_and_signals((model, zeros))
+    for position, i in enumerate(taps[:-1]):  # the last layer keeps its gradient
+        step = proximal_step(layers[i], inputs[position], signals[position],
+                             grads.layers[i], config)
+        grads = eqx.tree_at(lambda m, i=i: m.layers[i], grads, step)
+    return (loss, aux), grads
+
+
+def _tapped_output_shapes(layers, taps, example):
+    """Shapes of the tapped layers' outputs for one example, computing nothing."""
+    def forward(x):
+        outputs = []
+        for i, layer in enumerate(layers):
+            x = layer(x)
+            if i in taps:
+                outputs.append(x)
+        return outputs
+
+    return jax.eval_shape(forward, example)
