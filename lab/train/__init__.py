@@ -7,6 +7,7 @@ from lab.train.supervised import (
     cross_entropy,
     evaluate,
     make_fit,
+    minibatches,
     train_classifier,
 )
 
@@ -17,5 +18,6 @@ __all__ = [
     "cross_entropy",
     "evaluate",
     "make_fit",
+    "minibatches",
     "train_classifier",
 ]

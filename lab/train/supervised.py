@@ -38,6 +38,18 @@ def batch_loss(model, x: jax.Array, y: jax.Array) -> tuple[jax.Array, Metrics]:
     return cross_entropy(jax.vmap(model)(x), y)
 
 
+def minibatches(key: jax.Array, x: jax.Array, y: jax.Array, batch_size: int):
+    """One epoch of shuffled minibatches, stacked for ``lax.scan``: shapes
+    (steps, batch_size, ...). The last incomplete batch is dropped."""
+    steps = x.shape[0] // batch_size
+    if steps == 0:
+        raise ValueError(f"batch_size {batch_size} exceeds the {x.shape[0]} training "
+                         "examples; lower batch_size")
+    order = jax.random.permutation(key, x.shape[0])[: steps * batch_size]
+    return (x[order].reshape(steps, batch_size, *x.shape[1:]),
+            y[order].reshape(steps, batch_size))
+
+
 @eqx.filter_jit
 def evaluate(model, x: jax.Array, y: jax.Array) -> Metrics:
     """Loss and accuracy of ``model`` on the whole of ``(x, y)``."""
@@ -82,10 +94,6 @@ def make_fit(optimizer: optax.GradientTransformation, config: ClassifierConfig):
     @eqx.filter_jit
     def fit(model, x, y, x_test, y_test, key):
         params, static = eqx.partition(model, eqx.is_array)
-        steps = x.shape[0] // config.batch_size
-        if steps == 0:
-            raise ValueError(f"batch_size {config.batch_size} exceeds the {x.shape[0]} "
-                             "training examples; lower batch_size")
 
         def step(carry, batch):
             params, opt_state = carry
@@ -95,9 +103,7 @@ def make_fit(optimizer: optax.GradientTransformation, config: ClassifierConfig):
             return (optax.apply_updates(params, updates), opt_state), metrics
 
         def epoch(carry, epoch_key):
-            order = jax.random.permutation(epoch_key, x.shape[0])[: steps * config.batch_size]
-            batches = (x[order].reshape(steps, config.batch_size, *x.shape[1:]),
-                       y[order].reshape(steps, config.batch_size))
+            batches = minibatches(epoch_key, x, y, config.batch_size)
             carry, metrics = jax.lax.scan(step, carry, batches)
             test = evaluate(eqx.combine(carry[0], static), x_test, y_test)
             return carry, History(jax.tree.map(jnp.mean, metrics), test)

@@ -1,0 +1,168 @@
+"""BackProp and ProxProp trained side by side through one code path.
+
+``make_train(config, data)`` returns ``train(key, lr) -> Curves``: the whole run (every
+epoch, every minibatch, the full-batch evaluation after each epoch) in one function that
+``jax.vmap`` maps over seeds and learning rates, so a step-size grid over several seeds
+is a single compiled call. BackProp is ``solver="gradient"``: the same forward pass,
+taps and optimizer, only the hidden layers' directions differ.
+"""
+
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from lab.models import convnet, mlp
+from lab.optim import ProxProp, value_and_direction
+from lab.train.supervised import cross_entropy, minibatches
+
+ARCHS = ("mlp", "conv")
+OPTIMIZERS = ("nesterov", "adam", "sgd")
+
+
+@dataclass(frozen=True)
+class ProxPropConfig:
+    """One training set-up; the step size is an argument of ``train`` so it can be vmapped."""
+
+    arch: str = "mlp"
+    """'mlp' (Linear layers of ``hidden`` widths) or 'conv' (``channels`` 5x5 convolutions)."""
+    hidden: tuple[int, ...] = (400, 100, 400)
+    """Hidden widths of the MLP."""
+    channels: tuple[int, ...] = (16, 20, 20)
+    """Convolution channels of the ConvNet (max-pool after the first two)."""
+    solver: str = "exact"
+    """ProxProp solver for hidden layers: 'exact', 'cg3', 'cg5', 'cg10', or 'gradient'
+    (BackProp)."""
+    tau: float = 0.05
+    """Proximal step size."""
+    optimizer: str = "nesterov"
+    """'nesterov' (SGD with Nesterov momentum), 'adam' or 'sgd'."""
+    momentum: float = 0.95
+    """Momentum of 'nesterov'."""
+    epochs: int = 30
+    """Passes over the training set."""
+    batch_size: int = 100
+    """Examples per step."""
+
+    def __post_init__(self):
+        if self.arch not in ARCHS:
+            raise ValueError(f"unknown arch {self.arch!r}; choose one of {', '.join(ARCHS)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; "
+                             f"choose one of {', '.join(OPTIMIZERS)}")
+        for name in ("epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        ProxProp(self.tau, self.solver)  # validates tau and solver
+
+    @property
+    def prox(self) -> ProxProp:
+        return ProxProp(self.tau, self.solver)
+
+    def with_solver(self, solver: str) -> "ProxPropConfig":
+        return ProxPropConfig(**{**self.__dict__, "solver": solver})
+
+
+class Curves(NamedTuple):
+    """Full-batch metrics before training and after each epoch: shape (epochs + 1,)."""
+
+    train_loss: jax.Array
+    val_loss: jax.Array
+    val_accuracy: jax.Array
+
+
+def as_inputs(x: np.ndarray, arch: str) -> np.ndarray:
+    """Flat vectors for the MLP; (channels, height, width) images for the ConvNet.
+    Accepts digits' flat 64-vectors (8x8), (n, h, w) and (n, h, w, c) image arrays."""
+    if arch == "mlp":
+        return x.reshape(len(x), -1)
+    if x.ndim == 2:
+        side = int(round(np.sqrt(x.shape[1])))
+        if side * side != x.shape[1]:
+            raise ValueError(f"arch 'conv' needs square images; inputs have {x.shape[1]} "
+                             "features: use arch 'mlp'")
+        return x.reshape(len(x), 1, side, side)
+    return x[:, None] if x.ndim == 3 else x.transpose(0, 3, 1, 2)
+
+
+def build_model(config: ProxPropConfig, input_shape: tuple[int, ...], classes: int, *, key):
+    if config.arch == "mlp":
+        return mlp([int(np.prod(input_shape)), *config.hidden, classes], key=key)
+    return convnet(input_shape[0], input_shape[1], classes, config.channels, key=key)
+
+
+def make_optimizer(config: ProxPropConfig, lr) -> optax.GradientTransformation:
+    if config.optimizer == "nesterov":
+        return optax.sgd(lr, momentum=config.momentum, nesterov=True)
+    return optax.adam(lr) if config.optimizer == "adam" else optax.sgd(lr)
+
+
+def make_train(config: ProxPropConfig, x, y, x_val, y_val):
+    """``train(key, lr) -> Curves`` for inputs already shaped by :func:`as_inputs`."""
+    x, y, x_val, y_val = (jnp.asarray(a) for a in (x, y, x_val, y_val))
+    classes = int(max(y.max(), y_val.max())) + 1
+    prox = config.prox
+
+    def train(key, lr):
+        init_key, data_key = jax.random.split(key)
+        model = build_model(config, x.shape[1:], classes, key=init_key)
+        params, static = eqx.partition(model, eqx.is_array)
+        optimizer = make_optimizer(config, lr)
+
+        def curves(params):
+            model = eqx.combine(params, static)
+            train_loss = cross_entropy(jax.vmap(model)(x), y)[0]
+            val_loss, val = cross_entropy(jax.vmap(model)(x_val), y_val)
+            return Curves(train_loss, val_loss, val.accuracy)
+
+        def step(carry, batch):
+            params, opt_state = carry
+            _, direction = value_and_direction(eqx.combine(params, static), *batch,
+                                               cross_entropy, prox)
+            updates, opt_state = optimizer.update(eqx.filter(direction, eqx.is_array),
+                                                  opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), None
+
+        def epoch(carry, key):
+            carry, _ = jax.lax.scan(step, carry, minibatches(key, x, y, config.batch_size))
+            return carry, curves(carry[0])
+
+        keys = jax.random.split(data_key, config.epochs)
+        _, history = jax.lax.scan(epoch, (params, optimizer.init(params)), keys)
+        return jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]),
+                            curves(params), history)
+
+    return train
+
+
+def train_grid(config: ProxPropConfig, data, lrs, seeds: int) -> Curves:
+    """Every (seed, lr) pair in one compiled call: arrays of shape (seeds, lrs, epochs+1).
+
+    The pairs run one after another (``lax.map``), not batched with ``vmap``: on the CPU,
+    XLA (jaxlib 0.10.2) deadlocks running the exact solver's batched Cholesky inside the
+    training scan, and batching would not be faster on 2 cores anyway."""
+    train = make_train(config, *data)
+    keys = jax.random.split(jax.random.key(0), seeds)
+    lrs = jnp.asarray(lrs, jnp.float32)
+    pairs = (jnp.repeat(keys, len(lrs), axis=0), jnp.tile(lrs, seeds))
+    curves = jax.jit(lambda pairs: jax.lax.map(lambda p: train(*p), pairs))(pairs)
+    return jax.tree.map(lambda c: c.reshape(seeds, len(lrs), -1), curves)
+
+
+def seconds_per_epoch(config: ProxPropConfig, data, lr: float, *, repeats: int = 3) -> float:
+    """Wall-clock seconds of one epoch (training steps plus the full-batch evaluation),
+    compiled, for one seed: the fastest of ``repeats`` timed runs after a warm-up run."""
+    train = jax.jit(make_train(config, *data))
+    key = jax.random.key(0)
+    jax.block_until_ready(train(key, lr))  # compile
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(train(key, lr))
+        times.append(time.perf_counter() - start)
+    return min(times) / config.epochs
