@@ -73,3 +73,18 @@ def test_notebook_runs_under_plain_papermill(path, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     executed = nbformat.read(out, as_version=4)
     assert any(cell.get("outputs") for cell in executed.cells)
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("tau", "0", "01_proxprop.ipynb: ProxProp tau must be a positive number, got 0.0"),
+    ("solver", "newton", "01_proxprop.ipynb: unknown ProxProp solver 'newton'"),
+])
+def test_proxprop_bad_values_fail_before_any_kernel_starts(tmp_path, name, value, message,
+                                                           capsys):
+    from lab.experiments.cli import main
+
+    out = tmp_path / "reports"
+    assert main(["run", str(ROOT / "notebooks/01_proxprop.ipynb"), "-p", name, value,
+                 "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {message}")
+    assert not out.exists()

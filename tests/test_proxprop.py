@@ -159,3 +159,14 @@ def test_proxprop_names_a_layer_it_cannot_handle():
                                         "layer 0 is Conv2d"):
         value_and_direction(conv, jnp.ones((2, 1, 8, 8)), jnp.zeros(2, int), cross_entropy,
                             ProxProp(solver="exact"))
+
+
+@pytest.mark.parametrize("batch, n_in", [(5, 12), (20, 6)])  # dual and primal Gram forms
+@pytest.mark.parametrize("iterations", [1, 2, 4])
+def test_proxprop_dense_cg_matches_matrix_free_cg_iterates(batch, n_in, iterations):
+    from lab.optim.proxprop import _cg
+
+    layer, a, g, gradient = _layer_problem(batch, n_in, 3, seed=2)
+    dense = proximal_step(layer, a, g, gradient, ProxProp(0.7, f"cg{iterations}"))
+    matrix_free = eqx.combine(_cg(layer, a, g, gradient, 0.7, iterations), gradient)
+    np.testing.assert_allclose(_flat(dense), _flat(matrix_free), rtol=1e-9)

@@ -3,14 +3,20 @@
 Papermill infers each parameter's name, default and type from the cell tagged
 ``parameters``. Overrides given on the command line arrive as strings; they are
 converted to the type of the default here, before any kernel starts, so a typo or a
-wrong type costs nothing and writes nothing.
+wrong type costs nothing and writes nothing. A notebook can also name a validator in
+its metadata, ``{"lab": {"validate": "module:function"}}``: the function the notebook
+itself calls to turn its parameters into a configuration. The runner calls it with every
+parameter first, so a bad value (a negative step size, an unknown solver) is refused
+before any kernel starts as well.
 """
 
 import ast
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import papermill
 
 
@@ -97,4 +103,16 @@ def resolve(path: str | Path, overrides: dict[str, Any]) -> tuple[dict[str, Any]
             )
         converted[name] = _convert(declared[name], value)
     merged = {name: p.default for name, p in declared.items()} | converted
+    _validate(Path(path), merged)
     return merged, converted
+
+
+def _validate(path: Path, parameters: dict[str, Any]) -> None:
+    target = nbformat.read(path, as_version=4).metadata.get("lab", {}).get("validate")
+    if not target:
+        return
+    module, _, name = target.partition(":")
+    try:
+        getattr(importlib.import_module(module), name)(**parameters)
+    except (ValueError, TypeError) as err:
+        raise ParameterError(f"{path.name}: {err}") from None

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from lab.data import load
+from lab.data import DATASETS, load
 from lab.train.proxprop import Curves, ProxPropConfig, as_inputs, seconds_per_epoch, train_grid
 
 # The paper's set-ups (they need CIFAR-10 in the data cache: lab.data.load("cifar10")).
@@ -34,6 +34,46 @@ def apply_preset(preset: str, parameters: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Setup:
+    """Everything one run of the notebook needs, validated."""
+
+    config: ProxPropConfig
+    dataset: str
+    lr: float
+    backprop_lr: float
+    lr_grid: tuple[float, ...]
+    seeds: int
+
+    @property
+    def lrs(self) -> np.ndarray:
+        """The grid both methods train over: ``lr_grid`` plus both given step sizes."""
+        return np.array(sorted(set(self.lr_grid) | {self.lr, self.backprop_lr}))
+
+
+def configure(*, preset: str, dataset: str, arch: str, hidden: list[int], solver: str,
+              optimizer: str, lr: float, backprop_lr: float, tau: float, epochs: int,
+              batch_size: int, seeds: int, lr_grid: list[float]) -> Setup:
+    """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
+    The runner calls this before it starts a kernel (the notebook's metadata names it)."""
+    p = apply_preset(preset, dict(dataset=dataset, arch=arch, hidden=hidden, solver=solver,
+                                  optimizer=optimizer, lr=lr, backprop_lr=backprop_lr, tau=tau,
+                                  epochs=epochs, batch_size=batch_size, lr_grid=lr_grid))
+    if p["dataset"] not in DATASETS:
+        raise ValueError(f"unknown dataset {p['dataset']!r}; choose one of {', '.join(DATASETS)}")
+    if seeds < 1:
+        raise ValueError(f"seeds must be at least 1, got {seeds}")
+    step_sizes = [p["lr"], p["backprop_lr"], *p["lr_grid"]]
+    if min(step_sizes) <= 0:
+        raise ValueError(f"step sizes must be positive: check lr, backprop_lr and lr_grid "
+                         f"({min(step_sizes)})")
+    config = ProxPropConfig(arch=p["arch"], hidden=tuple(p["hidden"]), solver=p["solver"],
+                            tau=p["tau"], optimizer=p["optimizer"], epochs=p["epochs"],
+                            batch_size=p["batch_size"])
+    return Setup(config, p["dataset"], float(p["lr"]), float(p["backprop_lr"]),
+                 tuple(map(float, p["lr_grid"])), seeds)
+
+
+@dataclass(frozen=True)
 class Comparison:
     """BackProp and ProxProp over one grid: curves of shape (seeds, lrs, epochs + 1)."""
 
@@ -44,28 +84,24 @@ class Comparison:
     proxprop_seconds_per_epoch: float
 
 
-def load_data(dataset: str, arch: str):
-    x, y = load(dataset, "train")
-    x_val, y_val = load(dataset, "test")
+def load_data(setup: Setup):
+    """Training and validation (the dataset's test split) inputs shaped for the arch."""
+    x, y = load(setup.dataset, "train")
+    x_val, y_val = load(setup.dataset, "test")
+    arch = setup.config.arch
     return as_inputs(x, arch), y, as_inputs(x_val, arch), y_val
 
 
-def compare(config: ProxPropConfig, data, lrs, seeds: int, *, lr: float,
-            backprop_lr: float) -> Comparison:
-    """Train both methods over ``lrs`` (plus ``lr`` and ``backprop_lr``) and ``seeds``, and
-    time one epoch of each at its own given step size."""
-    if seeds < 1:
-        raise ValueError(f"seeds must be at least 1, got {seeds}")
-    lrs = np.array(sorted(set(map(float, lrs)) | {float(lr), float(backprop_lr)}))
-    if lrs[0] <= 0:
-        raise ValueError(f"step sizes must be positive, got {lrs[0]} in lr/backprop_lr/lr_grid")
-    backprop = replace(config, solver="gradient")
+def compare(setup: Setup, data) -> Comparison:
+    """Train both methods over ``setup.lrs`` and ``setup.seeds``, and time one epoch of
+    each at its own given step size."""
+    backprop = replace(setup.config, solver="gradient")
     return Comparison(
-        lrs=lrs,
-        backprop=jax_to_numpy(train_grid(backprop, data, lrs, seeds)),
-        proxprop=jax_to_numpy(train_grid(config, data, lrs, seeds)),
-        backprop_seconds_per_epoch=seconds_per_epoch(backprop, data, backprop_lr),
-        proxprop_seconds_per_epoch=seconds_per_epoch(config, data, lr),
+        lrs=setup.lrs,
+        backprop=jax_to_numpy(train_grid(backprop, data, setup.lrs, setup.seeds)),
+        proxprop=jax_to_numpy(train_grid(setup.config, data, setup.lrs, setup.seeds)),
+        backprop_seconds_per_epoch=seconds_per_epoch(backprop, data, setup.backprop_lr),
+        proxprop_seconds_per_epoch=seconds_per_epoch(setup.config, data, setup.lr),
     )
 
 

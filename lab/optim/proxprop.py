@@ -26,7 +26,9 @@ preconditioner times the gradient, hence a descent direction (the paper's theore
   equivalent ``(A^T A + I/tau)^-1 A^T G`` of size in+1, whichever is smaller;
 - ``"cgK"`` (Linear and Conv2d; ``cg3``, ``cg5``, ``cg10`` in the paper): K conjugate
   gradient iterations on ``(J^T J + I/tau) d = J^T g`` from ``d = 0``, i.e. warm-started at
-  ``theta_k``; ``J`` and ``J^T`` are the layer's own forward map and its transpose;
+  ``theta_k``. For Conv2d, ``J`` and ``J^T`` are the layer's own forward map and its
+  transpose; for Linear layers the same iterates are computed on the smaller of the Gram
+  matrices ``A A^T`` and ``A^T A``, which costs far less when the batch is small;
 - ``"gradient"``: plain backpropagation through the same code, for like-for-like timing.
 """
 
@@ -102,19 +104,68 @@ def _tapped_forward(layers, taps, x, perturbations):
     return x, inputs
 
 
-def _exact_linear(layer: eqx.nn.Linear, a: jax.Array, g: jax.Array, tau: float):
-    """``d^T = A^T (A A^T + I/tau)^-1 G`` with ``A = [a, 1]``, solved at the smaller size."""
-    with_bias = layer.bias is not None
-    A = jnp.concatenate([a, jnp.ones((a.shape[0], 1), a.dtype)], 1) if with_bias else a
+def _augmented(layer: eqx.nn.Linear, a: jax.Array) -> jax.Array:
+    """``A = [a, 1]`` (or ``a`` without a bias): the layer is ``z = A theta^T``."""
+    if layer.bias is None:
+        return a
+    return jnp.concatenate([a, jnp.ones((a.shape[0], 1), a.dtype)], 1)
+
+
+def _exact(A: jax.Array, g: jax.Array, tau: float) -> jax.Array:
+    """``D = A^T (A A^T + I/tau)^-1 G`` (batch-sized Cholesky) or, for a batch larger than
+    the features, the equal ``(A^T A + I/tau)^-1 A^T G``."""
     batch, features = A.shape
     if batch <= features:
         K = A @ A.T + jnp.eye(batch, dtype=A.dtype) / tau
-        D = A.T @ cho_solve(cho_factor(K), g)
+        return A.T @ cho_solve(cho_factor(K), g)
+    K = A.T @ A + jnp.eye(features, dtype=A.dtype) / tau
+    return cho_solve(cho_factor(K), A.T @ g)
+
+
+def _dense_cg(A: jax.Array, g: jax.Array, tau: float, iterations: int) -> jax.Array:
+    """CG on ``(A^T A + I/tau) D = A^T G`` from ``D = 0``, on the smaller Gram matrix.
+
+    With more features than examples the iterates are kept as ``D = A^T Y`` and updated in
+    batch space: every CG vector of the parameter space lies in the range of ``A^T``
+    (it starts at ``A^T G``), and ``<A^T u, A^T v> = <u, A A^T v>``, so these are exactly
+    the parameter-space iterates at a cost of batch^2 per step instead of batch x features.
+    """
+    batch, features = A.shape
+    if batch > features:
+        gram = A.T @ A
+        D, _ = cg(lambda v: gram @ v + v / tau, A.T @ g, x0=jnp.zeros((features, g.shape[1]),
+                  g.dtype), tol=0.0, atol=0.0, maxiter=iterations)
+        return D
+    gram = A @ A.T
+
+    def step(_, state):
+        y, s, q, rr = state  # D = A^T y, residual A^T s, search direction A^T q, rr = |A^T s|^2
+        u = gram @ q
+        h = u + q / tau  # H A^T q = A^T h
+        qhq = jnp.vdot(u, h)  # <A^T q, A^T h>
+        alpha = jnp.where(qhq > 0, rr / jnp.where(qhq > 0, qhq, 1.0), 0.0)
+        y, s = y + alpha * q, s - alpha * h
+        rr_next = jnp.vdot(s, gram @ s)
+        beta = jnp.where(rr > 0, rr_next / jnp.where(rr > 0, rr, 1.0), 0.0)
+        return y, s, s + beta * q, rr_next
+
+    start = (jnp.zeros_like(g), g, g, jnp.vdot(g, gram @ g))
+    y, *_ = jax.lax.fori_loop(0, iterations, step, start)
+    return A.T @ y
+
+
+def _linear_step(layer: eqx.nn.Linear, a, g, gradient, config: "ProxProp"):
+    """The direction for a Linear layer, shaped like its gradient."""
+    a, g = a.reshape(a.shape[0], -1), g.reshape(g.shape[0], -1)
+    A = _augmented(layer, a)
+    if config.solver == "exact":
+        D = _exact(A, g, config.tau)
     else:
-        K = A.T @ A + jnp.eye(features, dtype=A.dtype) / tau
-        D = cho_solve(cho_factor(K), A.T @ g)
+        D = _dense_cg(A, g, config.tau, config.cg_iterations)
     weight = D[: a.shape[1]].T
-    return (weight, D[-1]) if with_bias else (weight,)
+    if layer.bias is None:
+        return eqx.tree_at(lambda grad: grad.weight, gradient, weight)
+    return eqx.tree_at(lambda grad: (grad.weight, grad.bias), gradient, (weight, D[-1]))
 
 
 def _cg(layer, a: jax.Array, g: jax.Array, gradient, tau: float, iterations: int):
@@ -138,15 +189,12 @@ def proximal_step(layer, a: jax.Array, g: jax.Array, gradient, config: ProxProp)
     """The direction ``theta_k - theta_new`` for one layer, shaped like ``gradient`` (the
     layer's backprop gradient, which the 'gradient' solver returns unchanged).
 
-    a: the layer's batched inputs; g: ``dL/dz`` for its batched outputs."""
+    a: the layer's batched inputs; g: ``dL/dz`` for its batched outputs. Linear layers use
+    the dense solvers above; other layers (Conv2d) matrix-free CG."""
     if config.solver == "gradient":
         return gradient
-    if config.solver == "exact":
-        g2 = g.reshape(g.shape[0], -1)
-        arrays = _exact_linear(layer, a.reshape(a.shape[0], -1), g2, config.tau)
-        if layer.bias is None:
-            return eqx.tree_at(lambda grad: (grad.weight,), gradient, arrays)
-        return eqx.tree_at(lambda grad: (grad.weight, grad.bias), gradient, arrays)
+    if isinstance(layer, eqx.nn.Linear):
+        return _linear_step(layer, a, g, gradient, config)
     return eqx.combine(_cg(layer, a, g, gradient, config.tau, config.cg_iterations), gradient)
 
 

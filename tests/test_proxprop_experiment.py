@@ -1,0 +1,118 @@
+"""The reproduction's bookkeeping: presets, divergence, tuning and the verdict."""
+
+import jax
+import numpy as np
+import pytest
+
+from lab.data import load
+from lab.experiments.proxprop import (
+    Comparison,
+    apply_preset,
+    configure,
+    diverged,
+    tuned_index,
+    verdict,
+)
+from lab.train.proxprop import Curves, ProxPropConfig, as_inputs, make_train, train_grid
+
+
+def _curves(train_loss):
+    train_loss = np.asarray(train_loss, float)
+    return Curves(train_loss, train_loss, np.zeros_like(train_loss))
+
+
+def test_diverged_flags_nan_and_growth_in_any_seed():
+    # (seeds=2, lrs=3, epochs+1=3): lr 0 converges, lr 1 blows up in one seed, lr 2 is NaN
+    loss = [[[2, 1, 0.5], [2, 1, 3.0], [2, np.nan, np.nan]],
+            [[2, 1, 0.4], [2, 1, 0.5], [2, 1, 1.0]]]
+    np.testing.assert_array_equal(diverged(_curves(loss)), [False, True, True])
+
+
+def test_tuned_index_takes_the_lowest_mean_final_loss_among_stable_lrs():
+    loss = [[[2, 1, 0.5], [2, 1, 0.1], [2, 1, 0.01]],
+            [[2, 1, 0.5], [2, 1, 0.2], [2, 1, 9.0]]]  # lr 2 diverged in seed 1
+    assert tuned_index(_curves(loss)) == 1
+
+
+def test_verdict_counts_epochs_and_rescued_step_sizes():
+    lrs = np.array([0.1, 1.0])
+    backprop = _curves([[[2, 1.0, 0.5], [2, np.nan, np.nan]]])
+    proxprop = _curves([[[2, 0.8, 0.6], [2, 0.5, 0.2]]])
+    v = verdict(Comparison(lrs, backprop, proxprop, 1.0, 2.0), early_epoch=1)
+    assert v["backprop_tuned_lr"] == 0.1 and v["proxprop_tuned_lr"] == 1.0
+    assert v["epochs_proxprop_lower"] == 2 and v["claim_faster_per_epoch"]
+    assert v["lrs_only_backprop_diverges"] == [1.0] and v["claim_stable_where_backprop_diverges"]
+    assert v["proxprop_train_loss_epoch1"] == 0.5 and v["backprop_final_train_loss"] == 0.5
+
+
+def test_verdict_reports_a_claim_that_does_not_hold():
+    lrs = np.array([0.1])
+    backprop = _curves([[[2, 0.5, 0.1]]])
+    proxprop = _curves([[[2, 0.8, 0.05]]])
+    v = verdict(Comparison(lrs, backprop, proxprop, 1.0, 1.0))
+    assert v["epochs_proxprop_lower"] == 1 and not v["claim_faster_per_epoch"]
+    assert not v["claim_stable_where_backprop_diverges"]
+
+
+def test_apply_preset_overrides_and_rejects_unknown_names():
+    assert apply_preset("default", {"lr": 3.0}) == {"lr": 3.0}
+    assert apply_preset("paper_mlp", {"lr": 3.0})["hidden"] == [4000, 1000, 4000]
+    with pytest.raises(ValueError, match="unknown preset 'paper'; choose one of default"):
+        apply_preset("paper", {})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"arch": "rnn"}, "unknown arch 'rnn'"), ({"optimizer": "lbfgs"}, "unknown optimizer"),
+    ({"tau": 0.0}, "tau must be a positive number"), ({"solver": "cgx"}, "unknown ProxProp"),
+    ({"epochs": 0}, "epochs must be at least 1"),
+])
+def test_proxprop_config_rejects_bad_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ProxPropConfig(**kwargs)
+
+
+DEFAULTS = dict(preset="default", dataset="digits", arch="mlp", hidden=[8], solver="exact",
+                optimizer="nesterov", lr=1.0, backprop_lr=0.05, tau=0.05, epochs=2,
+                batch_size=10, seeds=2, lr_grid=[0.1, 1.0])
+
+
+def test_configure_builds_the_setup_and_its_grid():
+    setup = configure(**DEFAULTS)
+    assert setup.config.hidden == (8,) and setup.seeds == 2
+    np.testing.assert_array_equal(setup.lrs, [0.05, 0.1, 1.0])
+    paper = configure(**DEFAULTS | {"preset": "paper_conv"})
+    assert paper.config.arch == "conv" and paper.config.solver == "cg3"
+    assert paper.dataset == "cifar10"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"seeds": 0}, "seeds must be at least 1"),
+    ({"lr_grid": [-0.1]}, "step sizes must be positive"),
+    ({"dataset": "imagenet"}, "unknown dataset 'imagenet'"),
+    ({"tau": -1.0}, "tau must be a positive number"),
+    ({"preset": "paper"}, "unknown preset 'paper'"),
+])
+def test_configure_rejects_bad_values(change, message):
+    with pytest.raises(ValueError, match=message):
+        configure(**DEFAULTS | change)
+
+
+def test_as_inputs_shapes_images_for_each_arch():
+    x = np.zeros((5, 64))
+    assert as_inputs(x, "mlp").shape == (5, 64) and as_inputs(x, "conv").shape == (5, 1, 8, 8)
+    assert as_inputs(np.zeros((5, 32, 32, 3)), "conv").shape == (5, 3, 32, 32)
+    assert as_inputs(np.zeros((5, 28, 28)), "mlp").shape == (5, 784)
+    with pytest.raises(ValueError, match="square images"):
+        as_inputs(np.zeros((5, 30)), "conv")
+
+
+def test_train_grid_matches_single_runs_and_gradient_solver_is_backprop():
+    x, y = load("iris", "train")
+    data = (x, y, x, y)
+    config = ProxPropConfig(hidden=(8,), epochs=2, batch_size=30, solver="gradient",
+                            optimizer="sgd")
+    grid = train_grid(config, data, [0.1, 0.5], seeds=2)
+    assert grid.train_loss.shape == (2, 2, 3)
+    single = make_train(config, *data)(jax.random.split(jax.random.key(0), 2)[1], 0.5)
+    np.testing.assert_allclose(grid.train_loss[1, 1], single.train_loss, rtol=1e-5)
+    assert float(grid.train_loss[0, 1, -1]) < float(grid.train_loss[0, 1, 0])
