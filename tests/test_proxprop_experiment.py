@@ -1,7 +1,9 @@
 """The reproduction's bookkeeping: presets, divergence, tuning and the verdict."""
 
+import equinox as eqx
 import jax
 import numpy as np
+import optax
 import pytest
 
 from lab.data import load
@@ -13,7 +15,17 @@ from lab.experiments.proxprop import (
     tuned_index,
     verdict,
 )
-from lab.train.proxprop import Curves, ProxPropConfig, as_inputs, make_train, train_grid
+from lab.models import mlp
+from lab.optim import ProxProp, value_and_direction
+from lab.train import cross_entropy
+from lab.train.proxprop import (
+    Curves,
+    ProxPropConfig,
+    as_inputs,
+    make_step,
+    make_train,
+    train_grid,
+)
 
 
 def _curves(train_loss):
@@ -116,3 +128,20 @@ def test_train_grid_matches_single_runs_and_gradient_solver_is_backprop():
     single = make_train(config, *data)(jax.random.split(jax.random.key(0), 2)[1], 0.5)
     np.testing.assert_allclose(grid.train_loss[1, 1], single.train_loss, rtol=1e-5)
     assert float(grid.train_loss[0, 1, -1]) < float(grid.train_loss[0, 1, 0])
+
+
+def test_make_step_with_sgd_moves_by_minus_lr_times_direction():
+    x, y = load("iris", "train")
+    x, y = x[:16], y[:16]
+    model = mlp([4, 8, 3], key=jax.random.key(0))
+    prox = ProxProp(0.5, "exact")
+    optimizer = optax.sgd(0.1)
+    step = make_step(optimizer, prox)
+    stepped, _, aux = step(model, optimizer.init(eqx.filter(model, eqx.is_array)), x, y)
+    _, direction = value_and_direction(model, x, y, cross_entropy, prox)
+    expected = jax.tree.map(lambda p, d: p - 0.1 * d, eqx.filter(model, eqx.is_array),
+                            eqx.filter(direction, eqx.is_array))
+    for got, want in zip(jax.tree.leaves(eqx.filter(stepped, eqx.is_array)),
+                         jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert 0 <= float(aux.accuracy) <= 1

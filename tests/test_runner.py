@@ -31,7 +31,8 @@ def notebooks(tmp_path):
     write_notebook(folder / "a_fails.ipynb", "x = 1", "print('before')",
                    "raise ValueError('deliberate failure')", "print('never')")
     write_notebook(folder / "b_records.ipynb", "x = 1\nseed = 3",
-                   "from lab.experiments import record\nrecord(x=x, doubled=2 * x)",
+                   "import sys\nfrom lab.experiments import record\n"
+                   "record(x=x, doubled=2 * x, python=sys.executable)",
                    "import matplotlib.pyplot as plt\nplt.plot([0, 1], [0, x])\nplt.show()")
     return folder
 
@@ -44,6 +45,7 @@ def test_run_all_continues_past_a_failure_and_reports_it(notebooks, tmp_path):
     assert result.stdout.strip().splitlines()[-1] == \
         "1 of 2 notebook(s) did not finish: a_fails.ipynb (failed)"
     failed, ok = run_dirs(out)
+    assert json.loads((failed / "metrics.json").read_text()) == {}  # present, empty
     assert provenance(failed)["status"] == "failed"
     assert provenance(failed)["error"] == "ValueError: deliberate failure"
     assert provenance(ok)["status"] == "ok"
@@ -62,7 +64,8 @@ def test_run_all_continues_past_a_failure_and_reports_it(notebooks, tmp_path):
 def test_run_notebook_writes_records_provenance_and_figures(notebooks, tmp_path):
     out = tmp_path / "reports"
     result = run_notebook(notebooks / "b_records.ipynb", {"x": "4"}, out=out, progress=False)
-    assert result.status == "ok" and result.metrics == {"x": 4, "doubled": 8}
+    # the kernel ran this very interpreter, and its records landed in metrics.json
+    assert result.metrics == {"x": 4, "doubled": 8, "python": sys.executable}
     run = provenance(result.run_dir)
     assert PROVENANCE_FIELDS <= set(run)
     assert run["parameters"] == {"x": 4, "seed": 3} and run["overrides"] == {"x": 4}
@@ -70,7 +73,7 @@ def test_run_notebook_writes_records_provenance_and_figures(notebooks, tmp_path)
     assert set(run["versions"]) == {"python", "jax", "jaxlib", "equinox", "optax", "papermill"}
     assert run["jax_devices"][0].startswith("cpu:0")
     assert set(run["git"]) == {"commit", "dirty"}
-    assert json.loads((result.run_dir / "metrics.json").read_text()) == {"x": 4, "doubled": 8}
+    assert json.loads((result.run_dir / "metrics.json").read_text()) == result.metrics
     assert run["figures"] == ["cell03-0.png"]
     assert (result.run_dir / "figures" / "cell03-0.png").read_bytes()[:4] == b"\x89PNG"
     html = result.report.read_text()
@@ -150,3 +153,12 @@ def test_report_command_rebuilds_the_index(notebooks, tmp_path):
     assert main(["report", "--out", str(out)]) == 0
     assert "b_records.ipynb" in (out / "index.html").read_text()
     assert build_index(out) == out / "index.html"
+
+
+def test_report_embeds_widget_state(tmp_path):
+    notebook = write_notebook(tmp_path / "widget.ipynb", "value = 3",
+                              "import ipywidgets\nipywidgets.IntSlider(value=value)")
+    result = run_notebook(notebook, out=tmp_path / "r", progress=False)
+    html = result.report.read_text()
+    assert "application/vnd.jupyter.widget-state+json" in html
+    assert "IntSliderModel" in html

@@ -115,6 +115,11 @@ def diverged(curves: Curves) -> np.ndarray:
     return np.any(~np.isfinite(final) | (final > initial), axis=0)
 
 
+def final_losses(curves: Curves) -> list[float]:
+    """Mean final training loss per step size (NaN where a seed did not stay finite)."""
+    return [float(v) for v in curves.train_loss[..., -1].mean(0)]
+
+
 def tuned_index(curves: Curves) -> int:
     """The step size with the lowest mean final training loss (diverged ones excluded)."""
     final = np.where(diverged(curves), np.inf, curves.train_loss[..., -1].mean(0))
@@ -145,6 +150,9 @@ def verdict(result: Comparison, *, early_epoch: int = 5) -> dict[str, Any]:
         "backprop_diverged_lrs": result.lrs[bp_div].tolist(),
         "proxprop_diverged_lrs": result.lrs[pp_div].tolist(),
         "lrs_only_backprop_diverges": rescued.tolist(),
+        "lrs": result.lrs.tolist(),
+        "backprop_final_loss_by_lr": final_losses(result.backprop),
+        "proxprop_final_loss_by_lr": final_losses(result.proxprop),
         "claim_faster_per_epoch": bool(ahead.all()),
         "claim_stable_where_backprop_diverges": bool(len(rescued) > 0),
         "backprop_seconds_per_epoch": result.backprop_seconds_per_epoch,

@@ -38,7 +38,7 @@ from papermill.exceptions import PapermillExecutionError
 
 from lab.experiments.params import resolve
 from lab.experiments.provenance import collect, now
-from lab.experiments.records import RUN_DIR_ENV, read_metrics
+from lab.experiments.records import METRICS_FILE, RUN_DIR_ENV, read_metrics
 from lab.experiments.report import (
     PROVENANCE_FILE,
     REPORT_FILE,
@@ -198,6 +198,7 @@ def run_notebook(notebook: str | Path, overrides: dict[str, Any] | None = None, 
         "started": now(), "ended": None, "duration_s": None, "error": None,
     }
     _write_json(folder / PROVENANCE_FILE, run)
+    _write_json(folder / METRICS_FILE, {})  # every run has one; record() fills it
     status, error, start = OK, None, time.monotonic()
     try:
         with _environ(**{RUN_DIR_ENV: str(folder.resolve())}):
@@ -210,7 +211,8 @@ def run_notebook(notebook: str | Path, overrides: dict[str, Any] | None = None, 
     except KeyboardInterrupt:
         status, error = INTERRUPTED, "interrupted by the user (Ctrl-C)"
     except Exception as err:  # a cell timeout, a dead kernel, a kernel that never started
-        status, error = FAILED, f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        status, error = FAILED, f"{type(err).__name__}: {first_line}"
     finally:
         run |= {"status": status, "error": error, "ended": now(),
                 "duration_s": round(time.monotonic() - start, 2)}

@@ -102,6 +102,22 @@ def make_optimizer(config: ProxPropConfig, lr) -> optax.GradientTransformation:
     return optax.adam(lr) if config.optimizer == "adam" else optax.sgd(lr)
 
 
+def make_step(optimizer: optax.GradientTransformation, prox: ProxProp, loss_fn=cross_entropy):
+    """One jit-compiled training step: ``step(model, opt_state, x, y) -> (model, opt_state,
+    aux)``, with ProxProp directions (plain gradients for ``solver="gradient"``) fed to any
+    optax ``optimizer`` in place of gradients."""
+
+    @eqx.filter_jit
+    def step(model, opt_state, x, y):
+        (_, aux), direction = value_and_direction(model, x, y, loss_fn, prox)
+        params = eqx.filter(model, eqx.is_array)
+        updates, opt_state = optimizer.update(eqx.filter(direction, eqx.is_array), opt_state,
+                                              params)
+        return eqx.apply_updates(model, updates), opt_state, aux
+
+    return step
+
+
 def make_train(config: ProxPropConfig, x, y, x_val, y_val):
     """``train(key, lr) -> Curves`` for inputs already shaped by :func:`as_inputs`."""
     x, y, x_val, y_val = (jnp.asarray(a) for a in (x, y, x_val, y_val))
@@ -120,16 +136,15 @@ def make_train(config: ProxPropConfig, x, y, x_val, y_val):
             val_loss, val = cross_entropy(jax.vmap(model)(x_val), y_val)
             return Curves(train_loss, val_loss, val.accuracy)
 
-        def step(carry, batch):
+        step = make_step(optimizer, prox)
+
+        def scan_step(carry, batch):
             params, opt_state = carry
-            _, direction = value_and_direction(eqx.combine(params, static), *batch,
-                                               cross_entropy, prox)
-            updates, opt_state = optimizer.update(eqx.filter(direction, eqx.is_array),
-                                                  opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), None
+            model, opt_state, _ = step(eqx.combine(params, static), opt_state, *batch)
+            return (eqx.filter(model, eqx.is_array), opt_state), None
 
         def epoch(carry, key):
-            carry, _ = jax.lax.scan(step, carry, minibatches(key, x, y, config.batch_size))
+            carry, _ = jax.lax.scan(scan_step, carry, minibatches(key, x, y, config.batch_size))
             return carry, curves(carry[0])
 
         keys = jax.random.split(data_key, config.epochs)
