@@ -11,6 +11,7 @@ from lab.experiments.proxprop import (
     Comparison,
     apply_preset,
     configure,
+    describe,
     diverged,
     tuned_index,
     verdict,
@@ -145,3 +146,14 @@ def test_make_step_with_sgd_moves_by_minus_lr_times_direction():
                          jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6)
     assert 0 <= float(aux.accuracy) <= 1
+
+
+def test_describe_states_each_verdict_with_its_numbers():
+    lrs = np.array([0.1, 1.0])
+    backprop = _curves([[[2, 1.0, 0.5], [2, np.nan, np.nan]]])
+    proxprop = _curves([[[2, 0.8, 0.6], [2, 0.5, 0.2]]])
+    metrics = verdict(Comparison(lrs, backprop, proxprop, 1.0, 2.0), early_epoch=1)
+    text = " ".join(describe(metrics, configure(**DEFAULTS), early_epoch=1).split())
+    assert "Faster per epoch: holds" in text and "Stable where BackProp diverges: holds" in text
+    assert "after epoch 1 0.5 against 1," in text and "losses were [0.2]" in text
+    assert "(2.00x)" in text
