@@ -1,5 +1,6 @@
 """Equinox models. Each takes one unbatched example; batch with ``jax.vmap``."""
 
 from lab.models.feedforward import convnet, mlp
+from lab.models.vsml import VSMLCell, VSMLNetwork, VSMLState, online_loss
 
-__all__ = ["convnet", "mlp"]
+__all__ = ["VSMLCell", "VSMLNetwork", "VSMLState", "convnet", "mlp", "online_loss"]

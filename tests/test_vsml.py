@@ -1,0 +1,100 @@
+"""The VS-ML cell and network against direct, pair-by-pair computations."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lab.models import VSMLCell, VSMLNetwork, online_loss
+from lab.models.vsml import init_layer_state
+
+
+def _sigmoid(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def test_vsml_cell_has_the_reference_size():
+    cell = VSMLCell(key=jax.random.key(0))
+    n = sum(leaf.size for leaf in jax.tree.leaves(eqx.filter(cell, eqx.is_array)))
+    assert n == (8 + 8 + 16) * 64 + 64 + 2 * (16 * 8 + 8) == 2384
+
+
+def test_vsml_tick_matches_pairwise_lstm():
+    keys = jax.random.split(jax.random.key(1), 5)
+    cell = VSMLCell(4, 3, key=keys[0])
+    cell = eqx.tree_at(lambda c: c.bias, cell, jax.random.normal(keys[4], (16,)))
+    A, B = 3, 2
+    fwd = np.asarray(jax.random.normal(keys[1], (A, 3)))
+    bwd = np.asarray(jax.random.normal(keys[2], (B, 3)))
+    h = np.asarray(jax.random.normal(keys[3], (A, B, 4)))
+    c = np.asarray(jax.random.normal(keys[0], (A, B, 4)))
+    W = np.vstack([cell.w_fwd, cell.w_bwd, cell.w_h])  # the unsplit gate matrix
+    fwd_out, bwd_out, (h_new, c_new) = cell.tick(jnp.asarray(fwd), jnp.asarray(bwd), (h, c))
+    fwd_pairs = np.zeros((A, B, 3))
+    bwd_pairs = np.zeros((A, B, 3))
+    for a in range(A):
+        for b in range(B):
+            gates = np.concatenate([fwd[a], bwd[b], h[a, b]]) @ W + np.asarray(cell.bias)
+            i, g, f, o = np.split(gates, 4)
+            c_ab = _sigmoid(f + 5) * c[a, b] + _sigmoid(i - 5) * np.tanh(g)
+            h_ab = _sigmoid(o) * np.tanh(c_ab)
+            np.testing.assert_allclose(c_new[a, b], c_ab, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(h_new[a, b], h_ab, rtol=1e-5, atol=1e-6)
+            fwd_pairs[a, b] = np.asarray(cell.out_fwd(jnp.asarray(h_ab)))
+            bwd_pairs[a, b] = np.asarray(cell.out_bwd(jnp.asarray(h_ab)))
+    np.testing.assert_allclose(fwd_out, fwd_pairs.mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bwd_out, bwd_pairs.mean(1), rtol=1e-5, atol=1e-6)
+
+
+def test_vsml_initial_state_halves_c():
+    h, c = init_layer_state(jax.random.key(0), 400, 50, 16)
+    assert not np.any(h) and not np.any(c[..., 8:])
+    np.testing.assert_allclose(np.std(c[..., :8]), 1 / np.sqrt(400), rtol=0.02)
+
+
+def _episode(T=12, n_in=5, classes=3, seed=0):
+    keys = jax.random.split(jax.random.key(seed), 2)
+    xs = jax.random.normal(keys[0], (T, n_in))
+    ys = jax.random.randint(keys[1], (T,), 0, classes)
+    return xs, ys
+
+
+@pytest.mark.parametrize("sizes", [(5, 3), (5, 4, 3)])
+def test_vsml_prediction_precedes_its_label(sizes):
+    """Changing y_t leaves logits up to t unchanged and changes logits after t."""
+    net = VSMLNetwork(sizes, feed_label=True, key=jax.random.key(2))
+    net = eqx.tree_at(lambda n: n.cell.w_bwd, net, net.cell.w_bwd * 20)  # strong feedback
+    xs, ys = _episode()
+    run = eqx.filter_jit(lambda ys: net(xs, ys, jax.random.key(3)))
+    base = run(ys)
+    t = 5
+    changed = run(ys.at[t].set((ys[t] + 1) % 3))
+    np.testing.assert_array_equal(base[: t + 1], changed[: t + 1])
+    # the error enters the last layer's backward message at the next step
+    assert not np.allclose(base[t + 1], changed[t + 1])
+
+
+def test_vsml_meta_gradient_flows_to_every_cell_parameter():
+    net = VSMLNetwork((5, 4, 3), key=jax.random.key(4))
+    xs, ys = _episode()
+    grads = eqx.filter_grad(lambda n: online_loss(n(xs, ys, jax.random.key(5)), ys)[0])(net)
+    for leaf in jax.tree.leaves(eqx.filter(grads, eqx.is_array)):
+        assert np.all(np.isfinite(leaf)) and np.any(leaf != 0)
+
+
+def test_online_loss_is_the_mean_prequential_cross_entropy():
+    logits = jnp.array([[0.0, 0.0], [np.log(3.0), 0.0]])
+    loss, correct = online_loss(logits, jnp.array([1, 0]))
+    np.testing.assert_allclose(loss, (np.log(2) + np.log(4 / 3)) / 2, rtol=1e-6)
+    np.testing.assert_array_equal(correct, [False, True])
+
+
+def test_vsml_rejects_bad_input():
+    net = VSMLNetwork((5, 3), key=jax.random.key(0))
+    with pytest.raises(ValueError, match=r"expects \(steps, 5\); project the task's inputs"):
+        net(jnp.zeros((4, 7)), jnp.zeros(4, int), jax.random.key(1))
+    with pytest.raises(ValueError, match="the episode has 0 steps"):
+        net(jnp.zeros((0, 5)), jnp.zeros(0, int), jax.random.key(1))
+    with pytest.raises(ValueError, match="at least an input and an output size"):
+        VSMLNetwork((5,), key=jax.random.key(0))
