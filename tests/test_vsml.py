@@ -6,8 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lab.data import TaskSource, load
 from lab.models import VSMLCell, VSMLNetwork, online_loss
 from lab.models.vsml import init_layer_state
+from lab.train.vsml import METHODS, MetaConfig, es_gradient, make_meta_train
 
 
 def _sigmoid(z):
@@ -98,3 +100,54 @@ def test_vsml_rejects_bad_input():
         net(jnp.zeros((0, 5)), jnp.zeros(0, int), jax.random.key(1))
     with pytest.raises(ValueError, match="at least an input and an output size"):
         VSMLNetwork((5,), key=jax.random.key(0))
+
+
+def test_es_gradient_is_exact_on_a_quadratic_given_its_noise():
+    """For L = 1/2 |theta - a|^2, L(theta + s e) - L(theta - s e) = 2 s e.(theta - a), so
+    the antithetic estimate equals mean(e e^T) (theta - a) over the drawn directions."""
+    theta = {"w": jnp.array([1.0, -2.0, 0.5])}
+    a = jnp.array([0.3, 0.1, -1.0])
+    grad, _ = es_gradient(lambda p: 0.5 * jnp.sum((p["w"] - a) ** 2), theta,
+                          jax.random.key(0), population=8, sigma=0.05)
+    eps = jax.random.normal(jax.random.key(0), (4, 3))
+    expected = (eps.T @ eps / 8) @ (theta["w"] - a) * 2
+    np.testing.assert_allclose(grad["w"], expected, rtol=1e-4)
+
+
+def test_es_gradient_approaches_the_true_gradient_with_population():
+    a = jnp.arange(4.0)
+    grad, _ = es_gradient(lambda w: 0.5 * jnp.sum((w - a) ** 2), jnp.zeros(4),
+                          jax.random.key(1), population=20000, sigma=0.05)
+    np.testing.assert_allclose(grad, -a, atol=0.1)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"population": 7}, "population must be even"), ({"method": "adam"}, "unknown meta"),
+    ({"iterations": 0}, "iterations must be at least 1"),
+])
+def test_meta_config_rejects_bad_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MetaConfig(**kwargs)
+
+
+def test_task_source_relabels_a_class_subset_and_checks_sizes():
+    x = np.repeat(np.arange(5.0)[:, None], 4, axis=0).reshape(20, 1) * np.ones((1, 3))
+    y = np.repeat(np.arange(5), 4)
+    source = TaskSource(x, y, inputs=2, classes=3, steps=30)
+    xs, ys = source.sample(jax.random.key(0))
+    assert xs.shape == (30, 2) and set(np.unique(ys)) <= {0, 1, 2}
+    with pytest.raises(ValueError, match="episode length must be at least 1"):
+        TaskSource(x, y, inputs=2, classes=3, steps=0)
+    with pytest.raises(ValueError, match="a task needs 2 to 5 classes"):
+        TaskSource(x, y, inputs=2, classes=6, steps=3)
+
+
+def test_meta_train_runs_both_methods():
+    x, y = load("iris")
+    source = TaskSource(x, y, inputs=4, classes=2, steps=8)
+    net = VSMLNetwork((4, 2), key=jax.random.key(0))
+    for method in METHODS:
+        config = MetaConfig(method=method, iterations=2, tasks=2, population=4)
+        trained, (losses, _) = make_meta_train(config, source)(net, jax.random.key(1))
+        assert losses.shape == (2,) and np.all(np.isfinite(losses))
+        assert not np.allclose(trained.cell.w_h, net.cell.w_h)

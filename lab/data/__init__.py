@@ -2,5 +2,6 @@
 
 from lab.data.datasets import DATASETS, load
 from lab.data.download import DataError, data_dir
+from lab.data.tasks import TaskSource
 
-__all__ = ["DATASETS", "DataError", "data_dir", "load"]
+__all__ = ["DATASETS", "DataError", "TaskSource", "data_dir", "load"]

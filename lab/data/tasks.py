@@ -1,0 +1,51 @@
+"""Online classification tasks for meta-learning, sampled inside jit.
+
+A task draws a random linear projection of the inputs to a fixed size, a random subset of
+the classes and a random permutation of their labels, then a stream of examples from
+those classes (Kirsch & Schmidhuber 2021, Section 4). Meta-training on one dataset and
+meta-testing on others needs only the same projected input size.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class TaskSource(eqx.Module):
+    """A labelled dataset to draw tasks from: ``source.sample(key) -> (xs, ys)``."""
+
+    x: jax.Array  # (n, features), standardised here per feature
+    y: jax.Array  # (n,) labels in [0, n_classes)
+    n_classes: int = eqx.field(static=True)
+    inputs: int = eqx.field(static=True)
+    classes: int = eqx.field(static=True)
+    steps: int = eqx.field(static=True)
+
+    def __init__(self, x, y, *, inputs: int, classes: int, steps: int):
+        x, y = np.asarray(x, np.float32).reshape(len(x), -1), np.asarray(y, np.int32)
+        n_classes = int(y.max()) + 1
+        if steps < 1:
+            raise ValueError(f"episode length must be at least 1, got {steps}")
+        if not 2 <= classes <= n_classes:
+            raise ValueError(f"a task needs 2 to {n_classes} classes of this data, got {classes}")
+        if inputs < 1:
+            raise ValueError(f"inputs must be at least 1, got {inputs}")
+        std = x.std(0)
+        x = (x - x.mean(0)) / np.where(std > 0, std, 1.0)
+        self.x, self.y = jnp.asarray(x), jnp.asarray(y)
+        self.n_classes, self.inputs, self.classes, self.steps = n_classes, inputs, classes, steps
+
+    def sample(self, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """A stream ``(xs (steps, inputs), ys (steps,))`` with labels in [0, classes).
+        The projection is Gaussian with variance 1/features: features keep unit scale."""
+        k_proj, k_classes, k_examples = jax.random.split(key, 3)
+        features = self.x.shape[1]
+        projection = jax.random.normal(k_proj, (features, self.inputs)) / jnp.sqrt(features)
+        chosen = jax.random.permutation(k_classes, self.n_classes)[: self.classes]
+        relabel = jnp.full(self.n_classes, -1).at[chosen].set(jnp.arange(self.classes))
+        labels = relabel[self.y]
+        weights = (labels >= 0).astype(jnp.float32)
+        index = jax.random.choice(k_examples, self.y.shape[0], (self.steps,),
+                                  p=weights / weights.sum())
+        return self.x[index] @ projection, labels[index]
