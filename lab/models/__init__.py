@@ -1,6 +1,7 @@
 """Equinox models. Each takes one unbatched example; batch with ``jax.vmap``."""
 
 from lab.models.feedforward import convnet, mlp
+from lab.models.meta_rnn import MetaRNN
 from lab.models.vsml import VSMLCell, VSMLNetwork, VSMLState, online_loss
 
-__all__ = ["VSMLCell", "VSMLNetwork", "VSMLState", "convnet", "mlp", "online_loss"]
+__all__ = ["MetaRNN", "VSMLCell", "VSMLNetwork", "VSMLState", "convnet", "mlp", "online_loss"]
