@@ -64,9 +64,6 @@ class ProxPropConfig:
     def prox(self) -> ProxProp:
         return ProxProp(self.tau, self.solver)
 
-    def with_solver(self, solver: str) -> "ProxPropConfig":
-        return ProxPropConfig(**{**self.__dict__, "solver": solver})
-
 
 class Curves(NamedTuple):
     """Full-batch metrics before training and after each epoch: shape (epochs + 1,)."""
