@@ -35,3 +35,11 @@ def data_dir(tmp_path, monkeypatch) -> Path:
     folder = tmp_path / "cache"
     monkeypatch.setenv("LAB_DATA_DIR", str(folder))
     return folder
+
+
+@pytest.fixture(autouse=True)
+def checkpoint_dir(tmp_path, monkeypatch) -> Path:
+    """Checkpoints go to the test's own folder, never to ~/.cache (kernels inherit this)."""
+    folder = tmp_path / "checkpoints"
+    monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(folder))
+    return folder

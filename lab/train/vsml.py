@@ -2,8 +2,8 @@
 
 The meta-loss is the mean online (prequential) cross-entropy over a batch of episodes,
 each a fresh task from a :class:`lab.data.TaskSource`. ``make_meta_train(config, source)``
-returns ``meta_train(net, key) -> (net, losses)``: every meta-iteration inside one
-``lax.scan``, for either method:
+returns ``meta_train(net, key) -> (net, (losses, accuracies))``: the meta-iterations run
+inside ``lax.scan`` (in checkpointed chunks if asked), for either method:
 
 - ``"gradient"``: backpropagation through the episodes, Adam, gradient clipping by
   global norm;
@@ -12,16 +12,19 @@ returns ``meta_train(net, key) -> (net, losses)``: every meta-iteration inside o
   Schmidhuber 2021).
 """
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
 from lab.data.tasks import TaskSource
 from lab.models.vsml import VSMLNetwork, online_loss
+from lab.train import checkpoint as checkpoints
 
 METHODS = ("gradient", "es")
 
@@ -88,25 +91,37 @@ def es_gradient(loss_fn, params, key: jax.Array, population: int, sigma: float):
 
 
 def make_meta_train(config: MetaConfig, source: TaskSource):
-    """``meta_train(net, key) -> (net, (losses, accuracies))`` per meta-iteration."""
+    """``meta_train(learner, key, *, checkpoint=None, every=None) -> (learner, (losses,
+    accuracies))``, one value per meta-iteration (numpy arrays).
+
+    ``learner`` is any module with the online interface ``learner(xs, ys, key) -> logits``
+    (a :class:`VSMLNetwork`, a :class:`lab.models.MetaRNN`). Meta-iteration ``i`` draws its
+    tasks from ``fold_in(key, i)``, so the iterations can run in chunks of ``every``, each
+    one ``lax.scan`` inside jit, with the same result as one chunk. With ``checkpoint`` (a
+    file path) the state (learner, optimizer, history) is saved after every chunk, and a
+    later call with the same path, configuration and key resumes where it stopped; a
+    finished checkpoint returns at once.
+    """
     if config.method == "gradient":
         optimizer = optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(config.lr))
     else:
         optimizer = optax.adam(config.lr)
 
     @eqx.filter_jit
-    def meta_train(net: VSMLNetwork, key: jax.Array):
-        params, static = eqx.partition(net, eqx.is_array)
+    def iterations(learner, opt_state, key: jax.Array, first: jax.Array, count: int):
+        params, static = eqx.partition(learner, eqx.is_array)
 
         def loss(params, key):
             return meta_loss(eqx.combine(params, static), source, key, config.tasks)
 
-        def iteration(carry, key):
+        def iteration(carry, i):
             params, opt_state = carry
+            k_iteration = jax.random.fold_in(key, i)
             if config.method == "gradient":
-                (value, accuracy), grads = jax.value_and_grad(loss, has_aux=True)(params, key)
+                (value, accuracy), grads = jax.value_and_grad(loss, has_aux=True)(
+                    params, k_iteration)
             else:
-                k_tasks, k_noise = jax.random.split(key)
+                k_tasks, k_noise = jax.random.split(k_iteration)
                 # every member of the population sees the same tasks (common random numbers)
                 grads, value = es_gradient(lambda p: loss(p, k_tasks)[0], params, k_noise,
                                            config.population, config.sigma)
@@ -114,8 +129,37 @@ def make_meta_train(config: MetaConfig, source: TaskSource):
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), (value, accuracy)
 
-        keys = jax.random.split(key, config.iterations)
-        (params, _), history = jax.lax.scan(iteration, (params, optimizer.init(params)), keys)
-        return eqx.combine(params, static), history
+        (params, opt_state), history = jax.lax.scan(
+            iteration, (params, opt_state), first + jnp.arange(count))
+        return eqx.combine(params, static), opt_state, history
+
+    def meta_train(learner, key: jax.Array, *, checkpoint: str | Path | None = None,
+                   every: int | None = None):
+        every = config.iterations if every is None else every
+        if every < 1:
+            raise ValueError(f"checkpoint interval must be at least 1 iteration, got {every}")
+        opt_state = optimizer.init(eqx.filter(learner, eqx.is_array))
+        history = np.full((2, config.iterations), np.nan, np.float32)
+        header = {"config": asdict(config), "key": np.asarray(jax.random.key_data(key)).tolist(),
+                  "learner": checkpoints.fingerprint(learner)}
+        done = 0
+        if checkpoint is not None and Path(checkpoint).exists():
+            info = checkpoints.read_info(checkpoint)
+            changed = [k for k in header if info.get(k) != header[k]]
+            if changed:
+                raise ValueError(f"checkpoint {checkpoint} was written with a different "
+                                 f"{' and '.join(changed)}; delete it or choose another path")
+            (learner, opt_state, history), info = checkpoints.load(
+                checkpoint, (learner, opt_state, history))
+            history, done = np.array(history), info["done"]
+        while done < config.iterations:
+            count = min(every, config.iterations - done)
+            learner, opt_state, (losses, accuracies) = iterations(
+                learner, opt_state, key, jnp.asarray(done), count)
+            history[:, done:done + count] = np.asarray(losses), np.asarray(accuracies)
+            done += count
+            if checkpoint is not None:
+                checkpoints.save(checkpoint, (learner, opt_state, history), done=done, **header)
+        return learner, (history[0], history[1])
 
     return meta_train

@@ -1,0 +1,55 @@
+"""Checkpoints: a pytree of arrays on disk, behind a one-line JSON header.
+
+``save(path, tree, **info)`` writes to a temporary file next to ``path`` and renames it
+into place, so an interrupted save never leaves a half-written checkpoint behind.
+``load(path, like)`` reads the arrays into the structure of ``like`` (a pytree of the same
+shapes, e.g. a freshly initialised model) and returns them with the header.
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+
+
+def save(path: str | Path, tree: Any, **info: Any) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(json.dumps(info, sort_keys=True).encode() + b"\n")
+        eqx.tree_serialise_leaves(f, tree)
+    os.replace(tmp, path)
+    return path
+
+
+def read_info(path: str | Path) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        return json.loads(f.readline())
+
+
+def load(path: str | Path, like: Any) -> tuple[Any, dict[str, Any]]:
+    with open(path, "rb") as f:
+        info = json.loads(f.readline())
+        try:
+            tree = eqx.tree_deserialise_leaves(f, like)
+        except Exception as error:  # a shape or structure mismatch
+            raise ValueError(f"checkpoint {path} does not fit this model ({error}); delete it "
+                             "or point to another file") from None
+    return tree, info
+
+
+def fingerprint(tree: Any) -> str:
+    """The type and leaf shapes of a model: what must match for a checkpoint to fit."""
+    shapes = [list(leaf.shape) for leaf in jax.tree.leaves(eqx.filter(tree, eqx.is_array))]
+    return f"{type(tree).__name__}{shapes}"
+
+
+def default_dir() -> Path:
+    """Where experiments keep checkpoints: ``$LAB_CHECKPOINT_DIR`` or
+    ``~/.cache/lab/checkpoints``. Rerunning a notebook resumes from here."""
+    return Path(os.environ.get("LAB_CHECKPOINT_DIR")
+                or Path.home() / ".cache" / "lab" / "checkpoints")
