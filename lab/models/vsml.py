@@ -14,7 +14,8 @@ share the parameters of one :class:`VSMLCell`. One micro-tick of pair ``(a, b)``
 and the layer sends ``mean_a fwd_ab`` forward to each output unit ``b`` and ``mean_b
 bwd_ab`` backward to each input unit ``a``. The gate matrix is split so that the
 projections of ``fwd_a`` and ``bwd_b`` are computed once per row and per column and
-broadcast; only the ``h_ab`` projection is per pair.
+broadcast; only the ``h_ab`` projection is per pair. The output maps are affine, so the
+averaged messages are computed as ``Lin_f(mean_a h_ab)`` and ``Lin_b(mean_b h_ab)``.
 
 Sizes follow the paper's reference: ``state`` 16 (h) + 16 (c), messages of 8 channels,
 about 2.4k parameters in the cell.
@@ -62,9 +63,11 @@ class VSMLCell(eqx.Module):
         i, g, f, o = jnp.split(gates, 4, axis=-1)
         c = jax.nn.sigmoid(f + 5.0) * c + jax.nn.sigmoid(i - 5.0) * jnp.tanh(g)
         h = jax.nn.sigmoid(o) * jnp.tanh(c)
-        fwd_pairs = h @ self.out_fwd.weight.T + self.out_fwd.bias  # (A, B, message)
-        bwd_pairs = h @ self.out_bwd.weight.T + self.out_bwd.bias
-        return fwd_pairs.mean(0), bwd_pairs.mean(1), (h, c)
+        # Lin_f and Lin_b are affine, so the mean of the pairs' messages is the message of
+        # their mean state: project (B, s) and (A, s) rather than every pair's (A, B, s).
+        fwd_out = h.mean(0) @ self.out_fwd.weight.T + self.out_fwd.bias  # (B, message)
+        bwd_out = h.mean(1) @ self.out_bwd.weight.T + self.out_bwd.bias  # (A, message)
+        return fwd_out, bwd_out, (h, c)
 
 
 def init_layer_state(key: jax.Array, n_in: int, n_out: int, state_size: int):
@@ -92,15 +95,21 @@ class VSMLNetwork(eqx.Module):
     with ``feed_label``, the one-hot label) enters channels 0 (and 1) of the last layer's
     backward message at the *next* step, and every layer's backward output reaches the
     layer below at the next step. ``__call__(xs, ys, key)`` runs a whole episode.
+
+    With ``layer_norm``, the messages passed *between* VS-ML layers (forward into layer 2 and
+    up, backward into every layer but the last) are normalised over their channels to zero
+    mean and unit variance, which keeps deep stacks stable; the input, the prediction and
+    the error signal stay raw.
     """
 
     cell: VSMLCell
     sizes: tuple[int, ...] = eqx.field(static=True)
     ticks: int = eqx.field(static=True)
     feed_label: bool = eqx.field(static=True)
+    layer_norm: bool = eqx.field(static=True)
 
     def __init__(self, sizes, *, state_size: int = 16, message_size: int = 8, ticks: int = 2,
-                 feed_label: bool = False, key: jax.Array):
+                 feed_label: bool = False, layer_norm: bool = False, key: jax.Array):
         sizes = tuple(int(s) for s in sizes)
         if len(sizes) < 2 or min(sizes) < 1:
             raise ValueError(f"VS-ML needs at least an input and an output size >= 1, got {sizes}")
@@ -108,6 +117,7 @@ class VSMLNetwork(eqx.Module):
             raise ValueError(f"ticks must be at least 1, got {ticks}")
         self.cell = VSMLCell(state_size, message_size, key=key)
         self.sizes, self.ticks, self.feed_label = sizes, ticks, feed_label
+        self.layer_norm = layer_norm
 
     def init_state(self, key: jax.Array) -> VSMLState:
         keys = jax.random.split(key, len(self.sizes) - 1)
@@ -122,7 +132,11 @@ class VSMLNetwork(eqx.Module):
         m = self.cell.message_size
         fwd = jnp.zeros((self.sizes[0], m)).at[:, 0].set(x)
         layers, sent_back = [], []
-        for hc, bwd_in in zip(state.layers, state.bwd, strict=True):
+        last = len(state.layers) - 1
+        for layer, (hc, bwd_in) in enumerate(zip(state.layers, state.bwd, strict=True)):
+            if self.layer_norm:
+                fwd = _normalise(fwd) if layer > 0 else fwd
+                bwd_in = _normalise(bwd_in) if layer < last else bwd_in
             for _ in range(self.ticks):
                 fwd_out, bwd_out, hc = self.cell.tick(fwd, bwd_in, hc)
             fwd = fwd_out
@@ -150,6 +164,12 @@ class VSMLNetwork(eqx.Module):
 
         _, logits = jax.lax.scan(step, self.init_state(key), (xs, ys))
         return logits
+
+
+def _normalise(messages: jax.Array) -> jax.Array:
+    """Layer normalisation without parameters, over the channels of each unit's message."""
+    mean = messages.mean(-1, keepdims=True)
+    return (messages - mean) * jax.lax.rsqrt(messages.var(-1, keepdims=True) + 1e-5)
 
 
 def online_loss(logits: jax.Array, labels: jax.Array):
