@@ -8,7 +8,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from lab.data import DataError, load
+from lab.data import DataError, is_cached, load
 from lab.data import datasets as ds
 from lab.data.download import Remote, fetch
 
@@ -88,7 +88,9 @@ def test_load_idx_datasets_download_verify_and_parse(tmp_path, monkeypatch, data
              "t10k-images-idx3-ubyte.gz": _idx_gz(images[:2]),
              "t10k-labels-idx1-ubyte.gz": _idx_gz(labels[:2])}
     server = _serve(tmp_path, monkeypatch, "IDX_REMOTES", name, files)
+    assert not is_cached(name)
     x, y = load(name, "train")
+    assert is_cached(name) and is_cached(name, "test") and is_cached("digits")
     assert x.shape == (5, 28, 28) and x.dtype == np.float32
     np.testing.assert_allclose(x, images / 255.0, rtol=1e-6)
     np.testing.assert_array_equal(y, labels)

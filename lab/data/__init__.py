@@ -1,7 +1,7 @@
 """Datasets as numpy arrays: bundled tables, synthetic tasks and cached downloads."""
 
-from lab.data.datasets import DATASETS, load
+from lab.data.datasets import DATASETS, is_cached, load
 from lab.data.download import DataError, data_dir
 from lab.data.tasks import TaskSource
 
-__all__ = ["DATASETS", "DataError", "TaskSource", "data_dir", "load"]
+__all__ = ["DATASETS", "DataError", "TaskSource", "data_dir", "is_cached", "load"]

@@ -161,6 +161,19 @@ DATASETS: dict[str, Callable[[str], tuple[np.ndarray, np.ndarray]]] = {
 }
 
 
+def is_cached(name: str, split: str = "train") -> bool:
+    """Whether ``load(name, split)`` works offline: bundled and synthetic sets always do;
+    downloaded ones when their files are in the cache (their checksums are verified on
+    load)."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    if name in IDX_REMOTES:
+        return all((data_dir() / name / f).exists() for f in _IDX_FILES[split])
+    if name == "cifar10":
+        return (data_dir() / "cifar10" / CIFAR10_REMOTE.filename).exists()
+    return True
+
+
 def load(name: str, split: str = "train") -> tuple[np.ndarray, np.ndarray]:
     """Return ``(x, y)`` for one split of a dataset; see the module docstring."""
     if name not in DATASETS:
