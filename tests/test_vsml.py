@@ -142,12 +142,73 @@ def test_task_source_relabels_a_class_subset_and_checks_sizes():
         TaskSource(x, y, inputs=2, classes=6, steps=3)
 
 
-def test_meta_train_runs_both_methods():
+def test_layer_norm_normalises_only_messages_between_layers():
+    """With one layer there is nothing between layers: layer_norm changes nothing. With two,
+    it changes the outputs and the normalised message has zero mean and unit variance."""
+    xs, ys = _episode()
+    key = jax.random.key(3)
+    single = VSMLNetwork((5, 3), key=jax.random.key(2))
+    single_ln = VSMLNetwork((5, 3), layer_norm=True, key=jax.random.key(2))
+    np.testing.assert_array_equal(single(xs, ys, key), single_ln(xs, ys, key))
+    deep = VSMLNetwork((5, 4, 3), key=jax.random.key(2))
+    deep_ln = VSMLNetwork((5, 4, 3), layer_norm=True, key=jax.random.key(2))
+    assert not np.allclose(deep(xs, ys, key), deep_ln(xs, ys, key))
+    from lab.models.vsml import _normalise
+    m = _normalise(jax.random.normal(key, (4, 8)) * 3 + 1)
+    np.testing.assert_allclose(m.mean(-1), 0, atol=1e-5)
+    np.testing.assert_allclose(m.var(-1), 1, atol=1e-3)
+
+
+def _checkpoint_setup():
     x, y = load("iris")
     source = TaskSource(x, y, inputs=4, classes=2, steps=8)
-    net = VSMLNetwork((4, 2), key=jax.random.key(0))
-    for method in METHODS:
-        config = MetaConfig(method=method, iterations=2, tasks=2, population=4)
-        trained, (losses, _) = make_meta_train(config, source)(net, jax.random.key(1))
-        assert losses.shape == (2,) and np.all(np.isfinite(losses))
-        assert not np.allclose(trained.cell.w_h, net.cell.w_h)
+    return source, VSMLNetwork((4, 2), key=jax.random.key(0))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_meta_train_resumes_after_an_interruption_exactly(tmp_path, monkeypatch, method):
+    """Chunks of 2 iterations; Ctrl-C after the first checkpoint; a second call resumes
+    from iteration 2 and ends where an uninterrupted single scan ends."""
+    from lab.train import checkpoint
+
+    source, net = _checkpoint_setup()
+    meta_train = make_meta_train(MetaConfig(method=method, iterations=6, tasks=2,
+                                            population=4), source)
+    whole, (losses, _) = meta_train(net, jax.random.key(1))
+    assert losses.shape == (6,) and np.all(np.isfinite(losses))
+    assert not np.allclose(whole.cell.w_h, net.cell.w_h)
+    path = tmp_path / "theta.eqx"
+    save = checkpoint.save
+
+    def save_then_interrupt(*args, **info):
+        save(*args, **info)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "save", save_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        meta_train(net, jax.random.key(1), checkpoint=path, every=2)
+    monkeypatch.setattr(checkpoint, "save", save)
+    assert checkpoint.read_info(path)["done"] == 2
+    resumed, (resumed_losses, _) = meta_train(net, jax.random.key(1), checkpoint=path, every=2)
+    assert checkpoint.read_info(path)["done"] == 6
+    np.testing.assert_allclose(resumed_losses, losses, rtol=1e-5)
+    np.testing.assert_allclose(resumed.cell.w_h, whole.cell.w_h, rtol=1e-5, atol=1e-7)
+    # a finished checkpoint is returned as it is
+    again, (again_losses, _) = meta_train(net, jax.random.key(1), checkpoint=path)
+    np.testing.assert_array_equal(again.cell.w_h, resumed.cell.w_h)
+    np.testing.assert_array_equal(again_losses, resumed_losses)
+
+
+def test_meta_train_refuses_a_checkpoint_of_another_run(tmp_path):
+    source, net = _checkpoint_setup()
+    path = tmp_path / "theta.eqx"
+    make_meta_train(MetaConfig(iterations=2, tasks=2), source)(net, jax.random.key(1),
+                                                               checkpoint=path)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="written with a different config; delete it"):
+        make_meta_train(MetaConfig(iterations=2, tasks=2, lr=0.01), source)(
+            net, jax.random.key(1), checkpoint=path)
+    with pytest.raises(ValueError, match="different key"):
+        make_meta_train(MetaConfig(iterations=2, tasks=2), source)(
+            net, jax.random.key(2), checkpoint=path)
+    assert path.read_bytes() == before
