@@ -18,7 +18,7 @@ SMOKE = {
     "00_quickstart": {"epochs": 2, "width": 16},
     "01_proxprop": {"epochs": 2, "seeds": 1, "hidden": [32, 16, 32], "lr_grid": [0.1]},
     "02_vsml": {"iterations": 3, "seeds": 1, "steps": 8, "test_steps": 10, "test_episodes": 2,
-                "tasks": ["iris", "sum_sign"]},
+                "tasks": ["iris", "sum_sign"], "meta_rnn_tasks_per_batch": 2},
 }
 # Metrics each notebook must record.
 HEADLINE = {
@@ -91,4 +91,27 @@ def test_proxprop_bad_values_fail_before_any_kernel_starts(tmp_path, name, value
     assert main(["run", str(ROOT / "notebooks/01_proxprop.ipynb"), "-p", name, value,
                  "--out", str(out)]) == 2
     assert capsys.readouterr().err.startswith(f"error: {message}")
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_vsml_notebook_meta_trains_with_evolution_strategies(tmp_path):
+    params = SMOKE["02_vsml"] | {"method": "es", "population": 4, "lr": 0.025}
+    result = run_notebook(ROOT / "notebooks/02_vsml.ipynb", params, out=tmp_path, progress=False)
+    assert result.status == "ok", result.error
+    assert result.metrics["method"] == "es"
+
+
+@pytest.mark.parametrize("params, message", [
+    (["-p", "method", "es", "-p", "population", "7"], "ES population must be even"),
+    (["-p", "steps", "0"], "steps (the meta-training episode length) must be at least 1"),
+    (["-p", "inputs", "0"], "inputs must be at least 1"),
+    (["-p", "theta", "pretrained"], "theta must be one of train, shipped"),
+])
+def test_vsml_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
+    from lab.experiments.cli import main
+
+    out = tmp_path / "reports"
+    assert main(["run", str(ROOT / "notebooks/02_vsml.ipynb"), *params, "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
     assert not out.exists()

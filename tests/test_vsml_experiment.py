@@ -1,13 +1,36 @@
 """The VS-ML reproduction's bookkeeping: configuration and the claims' verdict."""
 
+import gzip
+import hashlib
+import struct
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lab.experiments.vsml import BASELINES, configure, describe, verdict
+from lab.data import datasets as ds
+from lab.data.download import Remote
+from lab.experiments import vsml as experiment
+from lab.experiments.vsml import (
+    BASELINES,
+    accuracy_by_seen,
+    configure,
+    describe,
+    gradient_alignment,
+    seen_before,
+    unseen_source,
+    verdict,
+    weight_trajectory,
+)
+from lab.models import VSMLNetwork
+from lab.train import checkpoint
 
-DEFAULTS = dict(method="gradient", iterations=2, tasks_per_batch=2, lr=1e-3, population=4,
-                inputs=4, classes=3, steps=5, test_steps=4, test_episodes=2, seeds=1,
-                tasks=["iris", "sum_sign"])
+DEFAULTS = dict(method="gradient", iterations=2, tasks_per_batch=2, lr=1e-3, meta_rnn_lr=1e-2,
+                meta_rnn_tasks_per_batch=2, population=4, inputs=4, classes=3, hidden=[],
+                layer_norm=False, steps=5,
+                test_steps=4, test_episodes=2, seeds=1, tasks=["iris", "sum_sign"],
+                image_tasks=[], theta="train", checkpoint=False)
 
 
 def _curves(vsml, meta_rnn, baseline, steps=4):
@@ -25,13 +48,117 @@ def test_verdict_checks_each_claim_against_its_threshold():
     np.testing.assert_allclose(v["mean_vsml_accuracy"], 0.575)
     assert v["claim_generalises_better_than_meta_rnn"]  # mean 0.575 against 0.55
     text = " ".join(describe(v, configure(**DEFAULTS)).split())
-    assert "| iris | 0.33 | 0.600 | 0.500 | 0.550 |" in text
+    assert "| iris | 0.33 | 0.600 ± 0.000 | 0.500 ± 0.000 | 0.550 |" in text
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"tasks": ["imagenet"]}, "unknown meta-test task"), ({"test_steps": 0}, "test_steps must"),
+    ({"tasks": ["imagenet"]}, "unknown meta-test task"), ({"test_steps": 0}, "test_steps .the meta-test episode length. must"),
     ({"population": 3}, "population must be even"), ({"classes": 11}, "classes must be between"),
 ])
 def test_configure_rejects_bad_values(change, message):
     with pytest.raises(ValueError, match=message):
         configure(**DEFAULTS | change)
+
+
+def test_verdict_leaves_the_control_task_out_of_the_claims():
+    curves = {"iris": _curves(0.6, 0.5, 0.55), "random_labels": _curves(0.5, 0.5, 0.5)}
+    v = verdict(curves, {"iris": 1 / 3, "random_labels": 0.5})
+    assert v["claim_above_chance_on_every_task"] and v["tasks_vsml_above_chance"] == ["iris"]
+    np.testing.assert_allclose(v["mean_vsml_accuracy"], 0.6)
+    assert v["random_labels_vsml_accuracy"] == 0.5
+    assert v["iris_vsml_accuracy_per_seed"] == [0.6, 0.6]
+
+
+def test_seen_before_counts_earlier_examples_of_the_same_class():
+    ys = np.array([[0, 1, 0, 0, 1, 2]])
+    np.testing.assert_array_equal(seen_before(ys), [[0, 0, 1, 2, 1, 0]])
+    correct = np.array([[0, 1, 1, 1, 0, 0]])
+    np.testing.assert_allclose(accuracy_by_seen(correct, ys, most=3), [1 / 3, 0.5, 1, np.nan])
+
+
+def test_gradient_alignment_is_one_for_sgd_and_near_zero_shuffled():
+    rng = np.random.default_rng(0)
+    sgd = rng.normal(size=(3, 50, 4, 2))
+    weights = np.concatenate([np.zeros((3, 1, 4, 2)), np.cumsum(sgd, axis=1)], axis=1)[:, :50]
+    matched, shuffled = gradient_alignment(weights, sgd)
+    np.testing.assert_allclose(matched, 1.0, rtol=1e-6)
+    assert abs(shuffled) < 0.1
+
+
+def test_weight_trajectory_is_the_jacobian_of_the_prediction():
+    net = VSMLNetwork((4, 3), key=jax.random.key(0))
+    xs = jax.random.normal(jax.random.key(1), (6, 4))
+    ys = jnp.array([0, 1, 2, 0, 1, 2])
+    weights, sgd, (h, c) = weight_trajectory(net, xs, ys, jax.random.key(2))
+    assert weights.shape == sgd.shape == (6, 4, 3) and c.shape == (6, 4, 3, 16)
+    state = net.init_state(jax.random.key(2))
+    eps = 1e-2
+    for t in range(3):
+        for a in range(4):
+            up = net.step(state, xs[t].at[a].add(eps), ys[t])[1]
+            down = net.step(state, xs[t].at[a].add(-eps), ys[t])[1]
+            np.testing.assert_allclose(weights[t, a], (up - down) / (2 * eps), atol=2e-3)
+        state, logits = net.step(state, xs[t], ys[t])
+        error = jax.nn.softmax(logits) - jax.nn.one_hot(ys[t], 3)
+        np.testing.assert_allclose(sgd[t], -np.outer(xs[t], error), rtol=1e-5, atol=1e-6)
+
+
+def test_image_tasks_join_when_cached_and_are_downsampled(data_dir, monkeypatch):
+    setup = configure(**DEFAULTS | {"image_tasks": ["mnist"]})
+    assert setup.skipped == ("mnist",) and "mnist" not in setup.tasks
+    rng = np.random.default_rng(0)
+    files = {"train-images-idx3-ubyte.gz": rng.integers(0, 256, (20, 28, 28)),
+             "train-labels-idx1-ubyte.gz": np.arange(20) % 10}
+    remotes = {}
+    for name, array in files.items():
+        header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim)
+        header += b"".join(struct.pack(">I", n) for n in array.shape)
+        content = gzip.compress(header + array.astype(np.uint8).tobytes())
+        (data_dir / "mnist").mkdir(parents=True, exist_ok=True)
+        (data_dir / "mnist" / name).write_bytes(content)
+        remotes[name] = Remote(name, (), hashlib.sha256(content).hexdigest())
+    monkeypatch.setitem(ds.IDX_REMOTES, "mnist", remotes)
+    setup = configure(**DEFAULTS | {"image_tasks": ["mnist"]})
+    assert setup.tasks == ("iris", "sum_sign", "mnist") and setup.skipped == ()
+    source = unseen_source(setup, "mnist")
+    assert source.x.shape == (20, 49) and source.classes == 10
+
+
+def test_shipped_theta_must_match_the_meta_training(monkeypatch, tmp_path):
+    monkeypatch.setattr(experiment, "SHIPPED", tmp_path)
+    with pytest.raises(ValueError, match="no shipped theta for seed 0"):
+        configure(**DEFAULTS | {"theta": "shipped"})
+    setup = configure(**DEFAULTS)
+    trained = experiment.meta_train(setup, "vsml", 0)
+    checkpoint.save(experiment.shipped_path(0), (trained.model, trained.losses),
+                    meta_training=setup.meta_training(), seed=0, created="now", commit=None)
+    shipped = configure(**DEFAULTS | {"theta": "shipped"})
+    loaded = experiment.meta_train(shipped, "vsml", 0)
+    np.testing.assert_array_equal(loaded.model.cell.w_h, trained.model.cell.w_h)
+    np.testing.assert_array_equal(loaded.losses, trained.losses)
+    with pytest.raises(ValueError, match=r"meta-trained with \{'lr': 0.001\}; use those values"):
+        configure(**DEFAULTS | {"theta": "shipped", "lr": 0.01})
+
+
+def test_the_shipped_thetas_match_the_notebook_defaults():
+    """scripts/vsml_theta.py wrote them with the notebook's defaults; if those change, the
+    files must be rewritten (python scripts/vsml_theta.py)."""
+    from lab.experiments.params import notebook_parameters
+    from tests.conftest import ROOT
+
+    defaults = {n: p.default for n, p in notebook_parameters(
+        ROOT / "notebooks/02_vsml.ipynb").items()}
+    setup = configure(**defaults | {"theta": "shipped", "image_tasks": []})
+    for seed in range(setup.seeds):
+        assert experiment.load_shipped(setup, seed).losses[-50:].mean() < np.log(3) - 0.2
+
+
+def test_meta_train_checkpoint_resumes_in_the_experiment(checkpoint_dir):
+    setup = configure(**DEFAULTS | {"checkpoint": True})
+    first = experiment.meta_train(setup, "meta_rnn", 0)
+    assert first.origin == "meta-trained"
+    path = experiment.checkpoint_path(setup, "meta_rnn", 0)
+    assert path.exists() and path.is_relative_to(checkpoint_dir)
+    again = experiment.meta_train(setup, "meta_rnn", 0)
+    assert again.origin.startswith("loaded finished checkpoint")
+    np.testing.assert_array_equal(again.losses, first.losses)
