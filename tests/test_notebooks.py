@@ -18,7 +18,8 @@ SMOKE = {
     "00_quickstart": {"epochs": 2, "width": 16},
     "01_proxprop": {"epochs": 2, "seeds": 1, "hidden": [32, 16, 32], "lr_grid": [0.1]},
     "02_vsml": {"iterations": 3, "seeds": 1, "steps": 8, "test_steps": 10, "test_episodes": 2,
-                "tasks": ["iris", "sum_sign"], "meta_rnn_tasks_per_batch": 2},
+                "tasks": ["iris", "sum_sign"], "meta_rnn_tasks_per_batch": 2,
+                "backprop_iterations": 3},
 }
 # Metrics each notebook must record.
 HEADLINE = {
@@ -26,7 +27,8 @@ HEADLINE = {
     "01_proxprop": {"claim_faster_per_epoch", "claim_stable_where_backprop_diverges",
                     "backprop_tuned_lr", "proxprop_tuned_lr", "proxprop_seconds_per_epoch"},
     "02_vsml": {"claim_above_chance_on_every_task", "claim_beats_sgd_and_adam_early",
-                "claim_generalises_better_than_meta_rnn", "iris_vsml_accuracy"},
+                "claim_generalises_better_than_meta_rnn", "iris_vsml_accuracy",
+                "gradient_alignment", "backprop_mean_gap", "backprop_imitation_w"},
 }
 
 

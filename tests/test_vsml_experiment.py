@@ -30,7 +30,8 @@ DEFAULTS = dict(method="gradient", iterations=2, tasks_per_batch=2, lr=1e-3, met
                 meta_rnn_tasks_per_batch=2, population=4, inputs=4, classes=3, hidden=[],
                 layer_norm=False, steps=5,
                 test_steps=4, test_episodes=2, seeds=1, tasks=["iris", "sum_sign"],
-                image_tasks=[], theta="train", checkpoint=False)
+                image_tasks=[], theta="train", checkpoint=False, backprop_alpha=1.0,
+                backprop_iterations=2)
 
 
 def _curves(vsml, meta_rnn, baseline, steps=4):
@@ -52,8 +53,11 @@ def test_verdict_checks_each_claim_against_its_threshold():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"tasks": ["imagenet"]}, "unknown meta-test task"), ({"test_steps": 0}, "test_steps .the meta-test episode length. must"),
+    ({"tasks": ["imagenet"]}, "unknown meta-test task"),
+    ({"test_steps": 0}, r"test_steps \(the meta-test episode length\) must"),
     ({"population": 3}, "population must be even"), ({"classes": 11}, "classes must be between"),
+    ({"backprop_iterations": 0}, "backprop_iterations must be at least 1"),
+    ({"backprop_alpha": -1.0}, "backprop_alpha must be positive"),
 ])
 def test_configure_rejects_bad_values(change, message):
     with pytest.raises(ValueError, match=message):

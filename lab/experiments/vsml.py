@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lab.data import DATASETS, TaskSource, is_cached, load
+from lab.experiments import vsml_backprop
 from lab.experiments.provenance import now
 from lab.models.meta_rnn import MetaRNN
 from lab.models.vsml import VSMLNetwork, online_loss
@@ -62,6 +63,7 @@ class Setup:
     skipped: tuple[str, ...]  # image tasks asked for but not in the data cache
     theta: str  # "train" or "shipped"
     checkpoint: bool
+    backprop: vsml_backprop.Setup  # the learning-backprop experiment
 
     def learner_config(self, learner: str) -> MetaConfig:
         if learner == "vsml":
@@ -80,7 +82,8 @@ def configure(*, method: str, iterations: int, tasks_per_batch: int, lr: float,
               meta_rnn_lr: float, meta_rnn_tasks_per_batch: int, population: int,
               inputs: int, classes: int, hidden: list[int], layer_norm: bool, steps: int,
               test_steps: int, test_episodes: int, seeds: int, tasks: list[str],
-              image_tasks: list[str], theta: str, checkpoint: bool) -> Setup:
+              image_tasks: list[str], theta: str, checkpoint: bool, backprop_alpha: float,
+              backprop_iterations: int) -> Setup:
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one."""
     unknown = [t for t in [*tasks, *image_tasks] if t not in DATASETS]
     if unknown:
@@ -105,11 +108,18 @@ def configure(*, method: str, iterations: int, tasks_per_batch: int, lr: float,
                          f"{meta_rnn_tasks_per_batch}")
     meta = MetaConfig(method=method, iterations=iterations, tasks=tasks_per_batch, lr=lr,
                       population=population)
+    try:
+        backprop = vsml_backprop.configure(
+            alpha=backprop_alpha, iterations=backprop_iterations, pairs=64, steps=50, lr=3e-2,
+            inputs=inputs, classes=classes, test_steps=test_steps,
+            test_episodes=test_episodes, tasks=list(vsml_backprop.TASKS))
+    except ValueError as error:  # name the notebook's parameter, not the config field
+        raise ValueError(f"backprop_{error}") from None
     cached = tuple(t for t in image_tasks if is_cached(t))
     setup = Setup(meta, meta_rnn_lr, meta_rnn_tasks_per_batch, inputs, classes, tuple(hidden),
                   layer_norm, steps, test_steps, test_episodes, seeds,
                   tuple(dict.fromkeys([*tasks, *cached])),
-                  tuple(t for t in image_tasks if t not in cached), theta, checkpoint)
+                  tuple(t for t in image_tasks if t not in cached), theta, checkpoint, backprop)
     if theta == "shipped":
         for seed in range(seeds):
             _check_shipped(setup, seed)
@@ -402,7 +412,29 @@ ahead on {m['tasks_vsml_beats_meta_rnn']}. Both must have meta-trained for this 
 anything: the final meta-training loss on digits (chance ln {setup.classes} =
 {np.log(setup.classes):.3f}) was {_rounded(m.get('vsml_meta_loss_end', []))} for VS-ML and
 {_rounded(m.get('meta_rnn_meta_loss_end', []))} for the Meta-RNN (one per seed).
+""" + _describe_mechanism(m)
+
+
+def _describe_mechanism(m: dict[str, Any]) -> str:
+    """What the introspection and the learning-backprop experiment measured, if they ran."""
+    text = ""
+    if np.isfinite(m.get("gradient_alignment", np.nan)):
+        text += f"""
+**What it learned.** Each step's change of VS-ML's effective weight (the Jacobian of its
+prediction) has a mean cosine of {m['gradient_alignment']:.3f} with the SGD direction of the
+example just seen, against {m['gradient_alignment_shuffled']:.3f} with the examples shuffled:
+{"a consistent, if loose, alignment with gradient descent" if
+ m['gradient_alignment'] > m['gradient_alignment_shuffled'] + 0.05 else
+ "no clear alignment with gradient descent"}.
 """
+    if "backprop_mean_gap" in m:
+        text += f"""
+**Learning backprop.** A cell trained to imitate SGD (relative squared error of the weight
+{m['backprop_imitation_w']:.3f}) learns online like SGD: VS-ML minus SGD mean online
+accuracy is {m['backprop_mean_gap']:+.3f} on average over its tasks, at most
+{m['backprop_largest_gap']:+.3f}.
+"""
+    return text
 
 
 def _rounded(values) -> list[float]:
