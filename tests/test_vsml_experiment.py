@@ -166,3 +166,15 @@ def test_meta_train_checkpoint_resumes_in_the_experiment(checkpoint_dir):
     again = experiment.meta_train(setup, "meta_rnn", 0)
     assert again.origin.startswith("loaded finished checkpoint")
     np.testing.assert_array_equal(again.losses, first.losses)
+
+
+def test_hidden_vsml_layers_meta_train_and_meta_test_on_other_class_counts():
+    setup = configure(**DEFAULTS | {"hidden": [3], "layer_norm": True})
+    trained = experiment.meta_train(setup, "vsml", 0)
+    assert trained.model.sizes == (4, 3, 3) and trained.model.layer_norm
+    source = unseen_source(setup, "breast_cancer")
+    net = experiment.for_classes(trained.model, source.classes)
+    assert net.sizes == (4, 3, 2)
+    np.testing.assert_array_equal(net.cell.w_h, trained.model.cell.w_h)
+    accuracy = experiment.online_accuracy(net, source, jax.random.key(0), 2)
+    assert accuracy.shape == (4,) and np.all((accuracy >= 0) & (accuracy <= 1))
