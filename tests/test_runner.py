@@ -131,7 +131,11 @@ def test_ctrl_c_marks_the_run_interrupted_and_keeps_it(tmp_path):
     out = tmp_path / "r"
     proc = subprocess.Popen([sys.executable, "-m", "lab", "run", str(notebook), "--out", str(out),
                              "--no-progress"], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            # a job started in the background inherits SIGINT ignored (as
+                            # does everything it starts); a terminal's foreground job has
+                            # the default handler, which is what this test is about
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300  # generous: CI runs this beside notebook runs
     running = False
     while not running and time.monotonic() < deadline:  # wait until the cell really runs
