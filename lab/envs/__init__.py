@@ -1,0 +1,32 @@
+"""Pixel control tasks as pure JAX functions, in the style of gymnax.
+
+An environment is a frozen dataclass of its configuration with ``reset(key) -> (state, obs)``
+and ``step(state, action, key) -> (state, obs, reward, done)`` over a NamedTuple state; the
+observation is the rendered ``(image_size, image_size, 3)`` uint8 frame. Everything jits and
+vmaps, so environment, replay and updates can run inside one ``lax.scan``. Episodes have a
+fixed length of ``env.episode_steps`` agent steps and ``step`` does not reset: after ``done``,
+call ``reset`` (inside jit, choose between the two states with ``jnp.where``). Frames are not
+stacked here; see ``lab.envs.frames``.
+"""
+
+from lab.envs.cartpole import CartpoleState, CartpoleSwingup
+from lab.envs.frames import frame_stack_indices, stack_frames
+from lab.envs.pendulum import PendulumState, PendulumSwingup
+from lab.envs.registry import ENVS, make
+from lab.envs.render import MIN_IMAGE_SIZE
+from lab.envs.rewards import tolerance
+from lab.envs.rollout import random_episode_return
+
+__all__ = [
+    "ENVS",
+    "MIN_IMAGE_SIZE",
+    "CartpoleState",
+    "CartpoleSwingup",
+    "PendulumState",
+    "PendulumSwingup",
+    "frame_stack_indices",
+    "make",
+    "random_episode_return",
+    "stack_frames",
+    "tolerance",
+]
