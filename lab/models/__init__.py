@@ -2,6 +2,21 @@
 
 from lab.models.feedforward import convnet, mlp
 from lab.models.meta_rnn import MetaRNN
+from lab.models.sac_ae import Actor, ConvTrunk, Critic, Decoder, Encoder, EncoderHead
 from lab.models.vsml import VSMLCell, VSMLNetwork, VSMLState, online_loss
 
-__all__ = ["MetaRNN", "VSMLCell", "VSMLNetwork", "VSMLState", "convnet", "mlp", "online_loss"]
+__all__ = [
+    "Actor",
+    "ConvTrunk",
+    "Critic",
+    "Decoder",
+    "Encoder",
+    "EncoderHead",
+    "MetaRNN",
+    "VSMLCell",
+    "VSMLNetwork",
+    "VSMLState",
+    "convnet",
+    "mlp",
+    "online_loss",
+]
