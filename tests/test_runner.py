@@ -129,13 +129,14 @@ def test_ctrl_c_marks_the_run_interrupted_and_keeps_it(tmp_path):
     notebook = write_notebook(tmp_path / "sleepy.ipynb", "seconds = 60",
                               "import time\nprint('sleeping', flush=True)\ntime.sleep(seconds)")
     out = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "lab", "run", str(notebook), "--out", str(out),
+    # A job started in the background inherits SIGINT ignored, and so does all it starts;
+    # a terminal's foreground job has Python's KeyboardInterrupt handler, which is what
+    # this test is about: install it before running the CLI.
+    cli = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
+           " sys.argv = ['lab', *sys.argv[1:]]; runpy.run_module('lab', run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-c", cli, "run", str(notebook), "--out", str(out),
                              "--no-progress"], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            # a job started in the background inherits SIGINT ignored (as
-                            # does everything it starts); a terminal's foreground job has
-                            # the default handler, which is what this test is about
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300  # generous: CI runs this beside notebook runs
     running = False
     while not running and time.monotonic() < deadline:  # wait until the cell really runs
