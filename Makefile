@@ -7,10 +7,11 @@ SETUP := $(VENV)/.setup-done
 
 .PHONY: setup reports test test-fast lab lint clean-reports
 
-$(SETUP): pyproject.toml
+$(SETUP): pyproject.toml scripts/system_deps.sh
+	scripts/system_deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,dmc]'
 	$(PY) -m ipykernel install --sys-prefix --name lab --display-name "Python (lab)"
 	touch $@
 

@@ -7,9 +7,14 @@ vmaps, so environment, replay and updates can run inside one ``lax.scan``. Episo
 fixed length of ``env.episode_steps`` agent steps and ``step`` does not reset: after ``done``,
 call ``reset`` (inside jit, choose between the two states with ``jnp.where``). Frames are not
 stacked here; see ``lab.envs.frames``.
+
+``lab.envs.dmc`` has the DeepMind Control Suite through dm_control (the ``dmc`` extra) with the
+same observations, stepped on the host in numpy: ``make_dmc("cheetah_run", image_size=84)``.
+dm_control is imported only when such an environment is made.
 """
 
 from lab.envs.cartpole import CartpoleState, CartpoleSwingup
+from lab.envs.dmc import DMC_TASKS, DMCEnv, make_dmc  # imports dm_control only when used
 from lab.envs.frames import frame_stack_indices, stack_frames
 from lab.envs.pendulum import PendulumState, PendulumSwingup
 from lab.envs.registry import ENVS, make
@@ -18,14 +23,17 @@ from lab.envs.rewards import tolerance
 from lab.envs.rollout import random_episode_return
 
 __all__ = [
+    "DMC_TASKS",
     "ENVS",
     "MIN_IMAGE_SIZE",
     "CartpoleState",
     "CartpoleSwingup",
+    "DMCEnv",
     "PendulumState",
     "PendulumSwingup",
     "frame_stack_indices",
     "make",
+    "make_dmc",
     "random_episode_return",
     "stack_frames",
     "tolerance",

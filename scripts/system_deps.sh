@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Debian packages some tests need, installed when missing (idempotent; quick when all are there).
+#   libosmesa6: software OpenGL for MuJoCo's headless rendering (MUJOCO_GL=osmesa, lab.envs.dmc)
+# Without root or apt-get it prints one warning and succeeds; the tests that need a missing
+# package then skip and say what to install.
+set -euo pipefail
+
+PACKAGES=(libosmesa6)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "warning: missing system packages ${missing[*]} (need root and apt-get to install" \
+         "them: apt-get install -y ${missing[*]}); the tests that need them will skip" >&2
+    exit 0
+fi
+
+echo "installing system packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

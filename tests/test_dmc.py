@@ -1,0 +1,139 @@
+"""The DeepMind Control Suite wrapper: a real cartpole smoke test plus its error messages.
+
+The tests that run MuJoCo skip, saying what to install, where dm_control or a headless GL
+library is missing; the error-message tests run everywhere.
+"""
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from lab.envs import dmc
+
+
+@pytest.fixture(scope="module")
+def suite():
+    """``dm_control.suite``, imported in the tests (not at collection, once per xdist worker);
+    skips the test, saying what to install, without a GL library or dm_control."""
+    problem = dmc.gl_problem(dmc.choose_gl_backend())
+    if problem:
+        pytest.skip(problem)
+    return pytest.importorskip(
+        "dm_control.suite", reason="dm_control is not installed: pip install -e '.[dev,dmc]'")
+
+
+@pytest.fixture(scope="module")
+def cartpole(suite):
+    try:
+        env = dmc.make_dmc("cartpole_swingup", image_size=64, seed=0)
+        env.reset()
+    except Exception as err:  # the render probe: a GL library that loads but cannot render
+        pytest.skip(f"MuJoCo cannot render here ({type(err).__name__}: {err})")
+    yield env
+    env.close()
+
+
+def test_cartpole_smoke(cartpole):
+    assert cartpole.action_repeat == 8 and cartpole.episode_steps == 125
+    assert cartpole.action_size == 1
+    frame = cartpole.reset()
+    assert frame.shape == (64, 64, 3) and frame.dtype == np.uint8
+    assert frame.std() > 0  # something was drawn
+    action = np.random.default_rng(0).uniform(-1, 1, cartpole.action_size)
+    frame, reward, done = cartpole.step(action)
+    assert frame.shape == (64, 64, 3) and frame.dtype == np.uint8
+    assert isinstance(reward, float) and 0.0 <= reward <= 8.0
+    assert done is False
+
+
+def test_reward_is_summed_over_repeats(suite, cartpole):  # cartpole: skip if rendering fails
+    action = np.array([0.7])
+    env = dmc.DMCEnv("cartpole_swingup", image_size=64, seed=3)
+    env.reset()
+    _, reward, _ = env.step(action)
+    env.close()
+
+    raw = suite.load("cartpole", "swingup", task_kwargs={"random": 3})
+    raw.reset()
+    expected = sum(raw.step(action).reward for _ in range(8))  # bounds are [-1, 1]: no rescale
+    assert reward == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    assert expected > 0
+
+
+def test_done_at_the_time_limit(cartpole):
+    env = dmc.DMCEnv("cartpole_swingup", image_size=16, action_repeat=250, seed=0)
+    env.reset()
+    dones = [env.step(np.zeros(1))[2] for _ in range(env.episode_steps)]
+    env.close()
+    assert env.episode_steps == 4 and dones == [False, False, False, True]
+
+
+def test_step_and_render_time(cartpole):
+    """Printed, not asserted (run with -s): the cost of one agent step at 64x64."""
+    cartpole.reset()
+    start = time.perf_counter()
+    for _ in range(10):
+        cartpole.step(np.zeros(1))
+    per_step = (time.perf_counter() - start) / 10
+    print(f"\ncartpole_swingup 64x64, action repeat 8: {per_step * 1e3:.1f} ms per agent step "
+          f"(MUJOCO_GL={dmc.choose_gl_backend()})")
+
+
+def test_task_names(suite):
+    assert dmc.split_task("ball_in_cup_catch") == ("ball_in_cup", "catch")
+    assert dmc.split_task("cartpole_swingup") == ("cartpole", "swingup")
+    assert {dmc.split_task(name) for name in dmc.DMC_TASKS} <= {
+        (domain, task) for domain, task in suite.ALL_TASKS}
+
+
+def test_unknown_task_fails_before_loading(monkeypatch):
+    monkeypatch.setattr(dmc, "_load_suite", lambda: pytest.fail("dm_control was loaded"))
+    with pytest.raises(ValueError, match="unknown DMC task 'cartpole_balance'") as info:
+        dmc.make_dmc("cartpole_balance", image_size=64)
+    assert "cheetah_run" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("size", [14, 0, 64.0])
+def test_too_small_image(monkeypatch, size):
+    monkeypatch.setattr(dmc, "_load_suite", lambda: pytest.fail("dm_control was loaded"))
+    with pytest.raises(ValueError, match="image_size must be an integer >= 15"):
+        dmc.make_dmc("cartpole_swingup", image_size=size)
+
+
+def test_missing_gl_message(monkeypatch):
+    real = dmc.gl_problem(dmc.choose_gl_backend())
+    monkeypatch.setattr(dmc, "_can_load", lambda library: False)
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    message = dmc.gl_problem("osmesa")
+    assert message.startswith("MuJoCo cannot render: no OSMesa (MUJOCO_GL=osmesa).")
+    assert "apt-get install libosmesa6" in message and "\n" not in message
+    assert dmc.gl_problem("egl").startswith("MuJoCo cannot render: no EGL (MUJOCO_GL=egl).")
+    assert dmc.gl_problem("glfw") is None
+    with pytest.raises(RuntimeError, match="libosmesa6"):
+        dmc.make_dmc("cartpole_swingup", image_size=64)
+    monkeypatch.undo()
+    assert dmc.gl_problem(dmc.choose_gl_backend()) == real  # the real backend is untouched
+
+
+def test_backend_choice(monkeypatch):
+    for gpu, backend in [(True, "egl"), (False, "osmesa")]:
+        monkeypatch.delenv("MUJOCO_GL", raising=False)
+        monkeypatch.delenv("PYOPENGL_PLATFORM", raising=False)
+        monkeypatch.setattr(dmc, "has_gpu", lambda gpu=gpu: gpu)
+        assert dmc.choose_gl_backend() == backend
+        assert dmc.os.environ["PYOPENGL_PLATFORM"] == backend
+    monkeypatch.setenv("MUJOCO_GL", "egl")  # the user's choice wins
+    assert dmc.choose_gl_backend() == "egl"
+    monkeypatch.delenv("MUJOCO_GL")
+    monkeypatch.setattr(dmc.sys, "platform", "darwin")  # not Linux: left to dm_control
+    assert dmc.choose_gl_backend() == "glfw" and "MUJOCO_GL" not in dmc.os.environ
+
+
+def test_import_lab_envs_does_not_import_dm_control():
+    code = ("import sys, lab.envs; "
+            "print(sorted(m for m in ('dm_control', 'mujoco') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
