@@ -40,14 +40,14 @@ def _batch(key) -> Batch:
     """Smooth images (a gradient with a per-example shift and channel offset)."""
     k_shift, k_action, k_reward = jax.random.split(key, 3)
     shift = jax.random.uniform(k_shift, (BATCH, 1, 1, 1), maxval=128.0)
-    rows = jnp.arange(SIZE)[None, None, :, None] * 4.0
-    cols = jnp.arange(SIZE)[None, None, None, :] * 2.0
-    chan = jnp.arange(CHANNELS)[None, :, None, None] * 10.0
+    rows = jnp.arange(SIZE)[None, :, None, None] * 4.0
+    cols = jnp.arange(SIZE)[None, None, :, None] * 2.0
+    chan = jnp.arange(CHANNELS)[None, None, None, :] * 10.0
     obs = jnp.mod(rows + cols + chan + shift, 256.0).astype(jnp.uint8)
     return Batch(obs=obs,
                  action=jax.random.uniform(k_action, (BATCH, ACTIONS), minval=-1, maxval=1),
                  reward=jax.random.normal(k_reward, (BATCH,)),
-                 next_obs=jnp.flip(obs, axis=-1),
+                 next_obs=jnp.flip(obs, axis=-2),
                  not_done=jnp.ones((BATCH,)))
 
 
@@ -67,7 +67,7 @@ def _all_moved(a, b) -> bool:
 
 @pytest.fixture(scope="module")
 def setup():
-    state = init(CONFIG, jax.random.key(0), (CHANNELS, SIZE, SIZE), ACTIONS)
+    state = init(CONFIG, jax.random.key(0), (SIZE, SIZE, CHANNELS), ACTIONS)
     return state, _batch(jax.random.key(1))
 
 
@@ -78,16 +78,16 @@ def after_critic(setup):
 
 
 def test_encoder_shapes_84():
-    encoder = Encoder((9, 84, 84), key=jax.random.key(0))
-    obs = jax.ShapeDtypeStruct((9, 84, 84), jnp.uint8)
-    assert jax.eval_shape(encoder.trunk, obs).shape == (32, 35, 35)
+    encoder = Encoder((84, 84, 9), key=jax.random.key(0))
+    obs = jax.ShapeDtypeStruct((84, 84, 9), jnp.uint8)
+    assert jax.eval_shape(encoder.trunk, obs).shape == (35, 35, 32)
     assert encoder.head.linear.in_features == 39200
     assert jax.eval_shape(encoder, obs).shape == (50,)
 
 
 @pytest.mark.parametrize("shape", [(84, 84), (64, 64), (48, 48), (33, 33), (48, 40), (15, 15)])
 def test_decoder_inverts_encoder_shape(shape):
-    obs_shape = (9, *shape)
+    obs_shape = (*shape, 9)
     encoder = Encoder(obs_shape, key=jax.random.key(0))
     decoder = Decoder(obs_shape, key=jax.random.key(1))
     h = jax.eval_shape(encoder, jax.ShapeDtypeStruct(obs_shape, jnp.uint8))
@@ -98,7 +98,7 @@ def test_trunk_too_small_image_raises():
     with pytest.raises(ValueError, match="minimum is 15"):
         ConvTrunk(9, (14, 84), key=jax.random.key(0))
     with pytest.raises(ValueError, match="minimum is 15"):
-        init(CONFIG, jax.random.key(0), (9, 14, 14), ACTIONS)
+        init(CONFIG, jax.random.key(0), (14, 14, 9), ACTIONS)
 
 
 @pytest.mark.parametrize("kwargs", [{"discount": 1.5}, {"hidden_dim": 0}, {"critic_tau": -0.1},
@@ -111,10 +111,10 @@ def test_config_bad_values_raise(kwargs):
 
 def test_init_uses_delta_orthogonal_convs_and_orthogonal_linears(setup):
     state, _ = setup
-    conv = state.critic.encoder.trunk.convs[1].weight  # (32, 32, 3, 3)
-    centre = conv[:, :, 1, 1]
+    conv = state.critic.encoder.trunk.convs[1].weight  # (3, 3, 32, 32), HWIO
+    centre = conv[1, 1]
     np.testing.assert_allclose(centre @ centre.T, 2.0 * np.eye(32), atol=1e-5)
-    assert not bool(jnp.any(conv.at[:, :, 1, 1].set(0.0)))  # every other tap is zero
+    assert not bool(jnp.any(conv.at[1, 1].set(0.0)))  # every other tap is zero
     w = state.actor.mlp.layers[1].weight  # 64 x 64
     np.testing.assert_allclose(w @ w.T, np.eye(64), atol=1e-5)
     assert float(jnp.abs(state.actor.mlp.layers[1].bias).sum()) == 0.0
@@ -256,7 +256,7 @@ def test_act_deterministic_is_tanh_mean(setup):
 
 def test_pixel_sac_ablation_has_no_decoder():
     config = dataclasses.replace(CONFIG, decoder=False)
-    state = init(config, jax.random.key(0), (CHANNELS, SIZE, SIZE), ACTIONS)
+    state = init(config, jax.random.key(0), (SIZE, SIZE, CHANNELS), ACTIONS)
     assert state.decoder is None and state.decoder_opt_state is None
     batch = _batch(jax.random.key(1))
     with pytest.raises(ValueError, match="decoder"):

@@ -1,9 +1,12 @@
 """SAC-AE networks (Yarats et al. 2019, "Improving Sample Efficiency in Model-Free
 Reinforcement Learning from Images", arXiv:1910.01741), as the reference code builds them.
 
-Conventions: observations are channels-first uint8 ``(C, H, W)`` (C = 9 for three stacked
-RGB frames), the Equinox and reference (PyTorch) layout; the trunk divides by 255. Every
-module takes ONE example; batch with ``jax.vmap``.
+Conventions: observations are channels-last uint8 ``(H, W, C)`` (C = 9 for three stacked
+RGB frames, oldest first); the trunk divides by 255. Every module takes ONE example; batch
+with ``jax.vmap``. The convs are ``lab.models.conv`` layers (patches times a matrix), which
+keep full speed inside the jitted training loop on CPU, where XLA's own convolution gradients
+do not (see that module). The reference is channels-first; the layout changes only the order
+in which the Linear after the trunk reads the flattened features.
 
 - ``ConvTrunk``: a 3x3 stride-2 conv, then ``num_layers - 1`` 3x3 stride-1 convs, no padding,
   ReLU after each (84 -> 41 -> 39 -> 37 -> 35 with 4 layers). It is shared: the critic owns
@@ -30,6 +33,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from lab.models.conv import Conv2d, ConvTranspose2d
+
 KERNEL = 3
 
 
@@ -52,7 +57,7 @@ def _check_image(image_shape: tuple[int, int], num_layers: int) -> None:
 
 
 def _is_layer(x) -> bool:
-    return isinstance(x, (eqx.nn.Linear, eqx.nn.Conv, eqx.nn.ConvTranspose))
+    return isinstance(x, (eqx.nn.Linear, Conv2d, ConvTranspose2d))
 
 
 def _layers(model) -> list:
@@ -63,10 +68,10 @@ def _init_layer(layer, key: jax.Array):
     if isinstance(layer, eqx.nn.Linear):
         weight = jax.nn.initializers.orthogonal()(key, layer.weight.shape, layer.weight.dtype)
     else:
-        out_c, in_c, kh, kw = layer.weight.shape
-        centre = jax.nn.initializers.orthogonal(math.sqrt(2.0))(key, (out_c, in_c),
+        kh, kw, in_c, out_c = layer.weight.shape
+        centre = jax.nn.initializers.orthogonal(math.sqrt(2.0))(key, (in_c, out_c),
                                                                 layer.weight.dtype)
-        weight = jnp.zeros_like(layer.weight).at[:, :, kh // 2, kw // 2].set(centre)
+        weight = jnp.zeros_like(layer.weight).at[kh // 2, kw // 2].set(centre)
     return eqx.tree_at(lambda lay: (lay.weight, lay.bias), layer,
                        (weight, jnp.zeros_like(layer.bias)))
 
@@ -97,9 +102,9 @@ class ReluMLP(eqx.Module):
 
 
 class ConvTrunk(eqx.Module):
-    """uint8 ``(C, H, W)`` -> float ``(num_filters, h, w)`` conv features."""
+    """uint8 ``(H, W, C)`` -> float ``(h, w, num_filters)`` conv features."""
 
-    convs: tuple[eqx.nn.Conv2d, ...]
+    convs: tuple[Conv2d, ...]
 
     def __init__(self, in_channels: int, image_shape: tuple[int, int], num_filters: int = 32,
                  num_layers: int = 4, *, key: jax.Array):
@@ -107,8 +112,8 @@ class ConvTrunk(eqx.Module):
         keys = jax.random.split(key, num_layers)
         channels = [in_channels] + [num_filters] * num_layers
         self.convs = tuple(
-            eqx.nn.Conv2d(channels[i], channels[i + 1], KERNEL, stride=2 if i == 0 else 1,
-                          key=keys[i])
+            Conv2d(channels[i], channels[i + 1], KERNEL, stride=2 if i == 0 else 1,
+                   key=keys[i])
             for i in range(num_layers))
 
     def __call__(self, obs: jax.Array) -> jax.Array:
@@ -141,7 +146,7 @@ class Encoder(eqx.Module):
     def __init__(self, obs_shape: tuple[int, int, int], features_dim: int = 50,
                  num_filters: int = 32, num_layers: int = 4, *, key: jax.Array):
         k_trunk, k_head = jax.random.split(key)
-        c, h, w = obs_shape
+        h, w, c = obs_shape
         self.trunk = ConvTrunk(c, (h, w), num_filters, num_layers, key=k_trunk)
         size = num_filters * conv_output_size(h, num_layers) * conv_output_size(w, num_layers)
         self.head = EncoderHead(size, features_dim, key=k_head)
@@ -151,28 +156,28 @@ class Encoder(eqx.Module):
 
 
 class Decoder(eqx.Module):
-    """``features_dim`` vector -> ``(C, H, W)`` reconstruction (no output activation)."""
+    """``features_dim`` vector -> ``(H, W, C)`` reconstruction (no output activation)."""
 
     linear: eqx.nn.Linear
-    deconvs: tuple[eqx.nn.ConvTranspose2d, ...]
+    deconvs: tuple[ConvTranspose2d, ...]
     conv_shape: tuple[int, int, int] = eqx.field(static=True)
 
     def __init__(self, obs_shape: tuple[int, int, int], features_dim: int = 50,
                  num_filters: int = 32, num_layers: int = 4, *, key: jax.Array):
-        c, h, w = obs_shape
+        h, w, c = obs_shape
         _check_image((h, w), num_layers)
-        self.conv_shape = (num_filters, conv_output_size(h, num_layers),
-                           conv_output_size(w, num_layers))
+        self.conv_shape = (conv_output_size(h, num_layers), conv_output_size(w, num_layers),
+                           num_filters)
         keys = jax.random.split(key, num_layers + 1)
         self.linear = eqx.nn.Linear(features_dim, math.prod(self.conv_shape), key=keys[0])
         # the stride-2 conv maps s to s1 = (s - 3) // 2 + 1; a stride-2 transposed conv maps
         # s1 back to 2 * s1 + 1 + output_padding, so output_padding = s - 2 * s1 - 1 (0 or 1).
         pad = tuple(s - 2 * ((s - KERNEL) // 2 + 1) - 1 for s in (h, w))
         self.deconvs = tuple(
-            eqx.nn.ConvTranspose2d(num_filters, num_filters, KERNEL, key=keys[i + 1])
+            ConvTranspose2d(num_filters, num_filters, KERNEL, key=keys[i + 1])
             for i in range(num_layers - 1)
-        ) + (eqx.nn.ConvTranspose2d(num_filters, c, KERNEL, stride=2, output_padding=pad,
-                                    key=keys[-1]),)
+        ) + (ConvTranspose2d(num_filters, c, KERNEL, stride=2, output_padding=pad,
+                             key=keys[-1]),)
 
     def __call__(self, features: jax.Array) -> jax.Array:
         x = jax.nn.relu(self.linear(features)).reshape(self.conv_shape)

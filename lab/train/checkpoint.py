@@ -3,7 +3,8 @@
 ``save(path, tree, **info)`` writes to a temporary file next to ``path`` and renames it
 into place, so an interrupted save never leaves a half-written checkpoint behind.
 ``load(path, like)`` reads the arrays into the structure of ``like`` (a pytree of the same
-shapes, e.g. a freshly initialised model) and returns them with the header.
+shapes, e.g. a freshly initialised model) and returns them with the header. Typed random
+keys (``jax.random.key``) are stored as their raw key data and rebuilt on load.
 """
 
 import json
@@ -15,13 +16,27 @@ import equinox as eqx
 import jax
 
 
+def _is_key(x) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _unwrap_keys(tree: Any) -> Any:
+    return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+
+
+def _rewrap_keys(tree: Any, like: Any) -> Any:
+    return jax.tree.map(
+        lambda x, ref: jax.random.wrap_key_data(x, impl=jax.random.key_impl(ref))
+        if _is_key(ref) else x, tree, like)
+
+
 def save(path: str | Path, tree: Any, **info: Any) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
         f.write(json.dumps(info, sort_keys=True).encode() + b"\n")
-        eqx.tree_serialise_leaves(f, tree)
+        eqx.tree_serialise_leaves(f, _unwrap_keys(tree))
     os.replace(tmp, path)
     return path
 
@@ -35,7 +50,7 @@ def load(path: str | Path, like: Any) -> tuple[Any, dict[str, Any]]:
     with open(path, "rb") as f:
         info = json.loads(f.readline())
         try:
-            tree = eqx.tree_deserialise_leaves(f, like)
+            tree = _rewrap_keys(eqx.tree_deserialise_leaves(f, _unwrap_keys(like)), like)
         except Exception as error:  # a shape or structure mismatch
             raise ValueError(f"checkpoint {path} does not fit this model ({error}); delete it "
                              "or point to another file") from None

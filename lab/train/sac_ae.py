@@ -17,7 +17,7 @@ Who trains what (the reference's routing):
   Adam: ``optax.add_decayed_weights`` before ``optax.adam``, as PyTorch's Adam
   ``weight_decay``).
 
-Batches hold channels-first uint8 observations ``(B, C, H, W)``. Metrics of sub-updates that
+Batches hold channels-last uint8 observations ``(B, H, W, C)``. Metrics of sub-updates that
 did not run at a step are NaN.
 """
 
@@ -131,7 +131,7 @@ class SACAEConfig:
 
 
 class Batch(NamedTuple):
-    """Replay transitions. ``obs``/``next_obs``: uint8 ``(B, C, H, W)``; ``action``:
+    """Replay transitions. ``obs``/``next_obs``: uint8 ``(B, H, W, C)``; ``action``:
     ``(B, A)`` in [-1, 1]; ``reward`` and ``not_done``: ``(B,)``."""
 
     obs: jax.Array
@@ -275,11 +275,11 @@ def reconstruction_loss(reconstruction: jax.Array, target: jax.Array, latent: ja
 
 def init(config: SACAEConfig, key: jax.Array, obs_shape: tuple[int, int, int],
          action_dim: int) -> AgentState:
-    """A fresh agent for channels-first observations ``obs_shape = (C, H, W)``."""
+    """A fresh agent for channels-last observations ``obs_shape = (H, W, C)``."""
     if len(obs_shape) != 3:
-        raise ValueError(f"obs_shape must be (C, H, W), got {obs_shape}")
-    if min(obs_shape[1:]) < config.min_image_size:
-        raise ValueError(f"image size {tuple(obs_shape[1:])} is too small for "
+        raise ValueError(f"obs_shape must be (H, W, C), got {obs_shape}")
+    if min(obs_shape[:2]) < config.min_image_size:
+        raise ValueError(f"image size {tuple(obs_shape[:2])} is too small for "
                          f"{config.num_layers} conv layers: the minimum is "
                          f"{config.min_image_size}")
     if action_dim < 1:
@@ -290,7 +290,7 @@ def init(config: SACAEConfig, key: jax.Array, obs_shape: tuple[int, int, int],
     critic = orthogonal_init(Critic(obs_shape, action_dim, c.features_dim, c.hidden_dim,
                                     c.num_filters, c.num_layers, key=k_critic),
                              key=k_init_critic)
-    conv_size = flat_conv_size(c, obs_shape[1:])
+    conv_size = flat_conv_size(c, obs_shape[:2])
     actor = orthogonal_init(Actor(conv_size, action_dim, c.features_dim, c.hidden_dim,
                                   c.log_std_min, c.log_std_max, key=k_actor),
                             key=k_init_actor)
@@ -303,7 +303,9 @@ def init(config: SACAEConfig, key: jax.Array, obs_shape: tuple[int, int, int],
         encoder_opt_state = opts.encoder.init(eqx.filter(critic.encoder, eqx.is_array))
         decoder_opt_state = opts.decoder.init(eqx.filter(decoder, eqx.is_array))
     return AgentState(
-        critic=critic, target_critic=critic, actor=actor, decoder=decoder,
+        # the target is a copy (not the same buffers), so a jit may donate the state
+        critic=critic, target_critic=jax.tree.map(jnp.copy, critic), actor=actor,
+        decoder=decoder,
         log_alpha=log_alpha,
         critic_opt_state=opts.critic.init(eqx.filter(critic, eqx.is_array)),
         actor_opt_state=opts.actor.init(eqx.filter(actor, eqx.is_array)),
@@ -443,7 +445,7 @@ def update(config: SACAEConfig, state: AgentState,
 
 def act(state: AgentState, obs: jax.Array, key: jax.Array,
         deterministic: bool | jax.Array = False) -> jax.Array:
-    """An action in [-1, 1]^A for ONE uint8 observation ``(C, H, W)``: ``tanh(mean)`` when
+    """An action in [-1, 1]^A for ONE uint8 observation ``(H, W, C)``: ``tanh(mean)`` when
     ``deterministic``, else a sample of the tanh-Gaussian. Batch with ``jax.vmap``."""
     mean, log_std = state.actor(state.critic.encoder.trunk(obs))
     sample, _ = tanh_gaussian_sample(mean, log_std, key)

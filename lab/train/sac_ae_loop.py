@@ -1,0 +1,299 @@
+"""SAC-AE training loops: the reference's schedule, on a JAX task inside one jit, or on a
+host-side environment (the DeepMind Control Suite) step by step.
+
+The reference schedule (``train.py`` of ``denisyarats/pytorch_sac_ae``), one agent step at a
+time: pick the action (uniform in [-1, 1] for the first ``init_steps`` steps, then a sample
+of the policy); once ``step >= init_steps`` update the agent, ``init_steps`` times at
+``step == init_steps`` and once per step after; step the environment; store the transition;
+reset at the end of an episode. Time limits are not terminal: ``not_done`` is always 1, as
+the reference stores it for DMC's fixed-length episodes. The agent acts on the last
+``num_frames`` frames, stacked by the replay buffer itself (``replay.latest``).
+
+On a JAX task, ``train(env, agent_config, loop_config, key)`` runs the steps between two
+evaluations as one ``lax.scan`` inside jit (environment, replay and updates together),
+evaluates, and saves a checkpoint if asked. A run stopped at any point and started again
+with the same checkpoint, configuration and key continues from the last finished chunk and
+ends with exactly the same state and history as an uninterrupted run.
+"""
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lab.train import checkpoint as checkpoints
+from lab.train import replay as replays
+from lab.train import sac_ae
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    """The run around the agent; the defaults are the reference's."""
+
+    steps: int = 100_000
+    """Agent steps in all (environment steps are ``steps * action_repeat``)."""
+    init_steps: int = 1000
+    """Uniformly random actions first; updates start at this step."""
+    eval_every: int = 10_000
+    """Agent steps between evaluations (and checkpoints); ``steps`` must be a multiple."""
+    eval_episodes: int = 10
+    """Episodes per evaluation, with the deterministic action ``tanh(mean)``."""
+    replay_capacity: int = 100_000
+    """Frames the replay buffer holds (one per agent step plus one per episode)."""
+    num_frames: int = 3
+    """Frames stacked into one observation."""
+
+    def __post_init__(self):
+        for name in ("steps", "eval_every", "eval_episodes", "replay_capacity", "num_frames"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.init_steps < 0:
+            raise ValueError(f"init_steps must be >= 0, got {self.init_steps}")
+        if self.steps % self.eval_every:
+            raise ValueError(f"steps ({self.steps}) must be a multiple of eval_every "
+                             f"({self.eval_every}); change one of them")
+
+
+def check(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig) -> None:
+    """Reject a run that cannot work, before anything is built (one-line errors)."""
+    if env.image_size < agent_config.min_image_size:
+        raise ValueError(f"image size {env.image_size} is too small for "
+                         f"{agent_config.num_layers} conv layers: use at least "
+                         f"{agent_config.min_image_size}")
+    # random steps fill the buffer before the first update samples from it
+    if agent_config.batch_size > loop.init_steps:
+        raise ValueError(f"batch size {agent_config.batch_size} is larger than the "
+                         f"{loop.init_steps} transitions stored before the first update; "
+                         f"raise init_steps or lower the batch size")
+    if loop.replay_capacity <= loop.init_steps:
+        raise ValueError(f"replay capacity {loop.replay_capacity} must exceed init_steps "
+                         f"({loop.init_steps})")
+
+
+class TrainState(eqx.Module):
+    """Everything a run carries from one step to the next (and what a checkpoint holds)."""
+
+    agent: sac_ae.AgentState
+    replay: replays.Replay
+    env_state: Any
+    key: jax.Array
+    step: jax.Array
+    """Agent steps taken (int32)."""
+    episode_return: jax.Array
+    """Return of the episode in progress."""
+
+
+class StepLog(NamedTuple):
+    """Per agent step; ``episode_return`` is NaN except on the last step of an episode,
+    the losses are those of the last update made at that step (NaN if none)."""
+
+    reward: jax.Array
+    episode_return: jax.Array
+    critic_loss: jax.Array
+    actor_loss: jax.Array
+    alpha: jax.Array
+    entropy: jax.Array
+    reconstruction_loss: jax.Array
+
+
+def obs_shape(env, loop: LoopConfig) -> tuple[int, int, int]:
+    return (env.image_size, env.image_size, 3 * loop.num_frames)
+
+
+def init(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig,
+         key: jax.Array) -> TrainState:
+    """A fresh run: agent, empty replay holding the first frame, environment reset."""
+    k_agent, k_reset, k_run = jax.random.split(key, 3)
+    agent = sac_ae.init(agent_config, k_agent, obs_shape(env, loop), env.action_size)
+    env_state, frame = env.reset(k_reset)
+    replay = replays.init(loop.replay_capacity, frame.shape, env.action_size)
+    return TrainState(agent, replays.start_episode(replay, frame), env_state, k_run,
+                      jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32))
+
+
+def _to_batch(t: replays.Transitions) -> sac_ae.Batch:
+    return sac_ae.Batch(t.obs, t.action, t.reward, t.next_obs, t.not_done)
+
+
+def _updates(agent_config, loop, agent, replay, step, key):
+    """The updates made at ``step`` (none before ``init_steps``); returns the last metrics."""
+    count = jnp.where(step < loop.init_steps, 0,
+                      jnp.where(step == loop.init_steps, max(loop.init_steps, 1), 1))
+
+    def one(i, carry):
+        agent, _ = carry
+        batch = replays.sample(replay, jax.random.fold_in(key, i), agent_config.batch_size,
+                               loop.num_frames)
+        return sac_ae.update(agent_config, agent, _to_batch(batch))
+
+    empty = sac_ae.SACAEMetrics(sac_ae._nan_like(sac_ae.CriticAux),
+                                sac_ae._nan_like(sac_ae.ActorAux),
+                                sac_ae._nan_like(sac_ae.DecoderAux))
+    return jax.lax.fori_loop(0, count, one, (agent, empty))
+
+
+def train_step(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig,
+               state: TrainState) -> tuple[TrainState, StepLog]:
+    """One agent step of the reference schedule (act, update, step, store, maybe reset)."""
+    k_act, k_update, k_env, k_reset, k_next = jax.random.split(state.key, 5)
+    obs = replays.latest(state.replay, loop.num_frames)
+    action = jax.lax.cond(
+        state.step < loop.init_steps,
+        lambda: jax.random.uniform(k_act, (env.action_size,), minval=-1.0, maxval=1.0),
+        lambda: sac_ae.act(state.agent, obs, k_act))
+    agent, metrics = _updates(agent_config, loop, state.agent, state.replay, state.step,
+                              k_update)
+    env_state, frame, reward, done = env.step(state.env_state, action, k_env)
+    replay = replays.add_step(state.replay, action, reward, jnp.ones(()), frame)
+    episode_return = state.episode_return + reward
+
+    def reset(args):
+        _, replay = args
+        env_state, frame = env.reset(k_reset)
+        return env_state, replays.start_episode(replay, frame)
+
+    env_state, replay = jax.lax.cond(done, reset, lambda args: args, (env_state, replay))
+    log = StepLog(reward, jnp.where(done, episode_return, jnp.nan),
+                  metrics.critic.critic_loss, metrics.actor.actor_loss, metrics.actor.alpha,
+                  metrics.actor.entropy, metrics.decoder.reconstruction_loss)
+    state = TrainState(agent, replay, env_state, k_next, state.step + 1,
+                       jnp.where(done, 0.0, episode_return))
+    return state, log
+
+
+@eqx.filter_jit(donate="all")
+def run_steps(env, agent_config, loop, state: TrainState, count: int):
+    """``count`` agent steps as one ``lax.scan``: ``(state, StepLog of (count,) arrays)``."""
+    return jax.lax.scan(lambda s, _: train_step(env, agent_config, loop, s), state,
+                        length=count)
+
+
+# ---------------------------------------------------------------- evaluation
+
+def _stack_push(stack: jax.Array, frame: jax.Array) -> jax.Array:
+    """Drop the oldest frame of an ``(H, W, 3 F)`` stack and append an ``(H, W, 3)`` frame."""
+    return jnp.concatenate([stack[..., 3:], frame], axis=-1)
+
+
+def episode(env, agent: sac_ae.AgentState, key: jax.Array, num_frames: int,
+            deterministic: bool = True):
+    """One whole episode with the agent acting: ``(return, frames (T + 1, H, W, 3),
+    rewards (T,))``."""
+    k_reset, k_run = jax.random.split(key)
+    env_state, frame = env.reset(k_reset)
+    stack = jnp.tile(frame, (1, 1, num_frames))
+
+    def step(carry, k):
+        env_state, stack = carry
+        action = sac_ae.act(agent, stack, k, deterministic)
+        env_state, frame, reward, _ = env.step(env_state, action, k)
+        return (env_state, _stack_push(stack, frame)), (frame, reward)
+
+    _, (frames, rewards) = jax.lax.scan(step, (env_state, stack),
+                                        jax.random.split(k_run, env.episode_steps))
+    return rewards.sum(), jnp.concatenate([frame[None], frames]), rewards
+
+
+@eqx.filter_jit
+def evaluate(env, agent: sac_ae.AgentState, key: jax.Array, episodes: int,
+             num_frames: int) -> jax.Array:
+    """Returns of ``episodes`` deterministic episodes, ``(episodes,)``."""
+    returns, _, _ = jax.vmap(lambda k: episode(env, agent, k, num_frames))(
+        jax.random.split(key, episodes))
+    return returns
+
+
+# ---------------------------------------------------------------- whole runs
+
+@dataclasses.dataclass
+class History:
+    """What a run measured: evaluation returns at ``eval_steps`` and per-step logs."""
+
+    eval_steps: np.ndarray
+    """Agent steps at each evaluation, ``(E,)`` (0 first)."""
+    eval_returns: np.ndarray
+    """``(E, eval_episodes)`` returns."""
+    logs: StepLog
+    """Per-step numpy arrays of length ``steps``."""
+    seconds: float = 0.0
+    """Wall-clock time of the training chunks run in this process (compiles included)."""
+
+
+def _empty_history(loop: LoopConfig) -> History:
+    evals = loop.steps // loop.eval_every + 1
+    logs = StepLog(*(np.full(loop.steps, np.nan, np.float32) for _ in StepLog._fields))
+    return History(np.arange(evals) * loop.eval_every,
+                   np.full((evals, loop.eval_episodes), np.nan, np.float32), logs)
+
+
+def _header(env, agent_config, loop, key) -> dict:
+    return {"env": repr(env), "agent": dataclasses.asdict(agent_config),
+            "loop": dataclasses.asdict(loop),
+            "key": np.asarray(jax.random.key_data(key)).tolist()}
+
+
+def train(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig, key: jax.Array, *,
+          checkpoint: str | Path | None = None, stop_after: int | None = None,
+          on_eval=None) -> tuple[TrainState, History]:
+    """A whole run on a JAX task: evaluate, then ``eval_every`` steps as one jitted scan,
+    evaluate, ... With ``checkpoint`` the state and history are saved after every chunk and
+    a later call with the same file, configuration and key resumes from there (a finished
+    checkpoint returns at once). ``stop_after`` ends this call after that many chunks (the
+    tests use it to interrupt a run); ``on_eval(step, returns)`` is called after each
+    evaluation (live plots)."""
+    check(env, agent_config, loop)
+    state = init(env, agent_config, loop, key)
+    history = _empty_history(loop)
+    header = _header(env, agent_config, loop, key)
+    eval_key = jax.random.fold_in(key, 1)
+    done = 0  # chunks finished
+    if checkpoint is not None and Path(checkpoint).exists():
+        info = checkpoints.read_info(checkpoint)
+        changed = [k for k in header if info.get(k) != header[k]]
+        if changed:
+            raise ValueError(f"checkpoint {checkpoint} was written with a different "
+                             f"{' and '.join(changed)}; delete it or choose another path")
+        (state, arrays), info = checkpoints.load(
+            checkpoint, (state, (history.eval_returns, history.logs)))
+        history.eval_returns = np.array(arrays[0])
+        history.logs = StepLog(*(np.array(x) for x in arrays[1]))
+        done = info["done"]
+    else:
+        history.eval_returns[0] = np.asarray(evaluate(
+            env, state.agent, jax.random.fold_in(eval_key, 0), loop.eval_episodes,
+            loop.num_frames))
+        if on_eval is not None:
+            on_eval(0, history.eval_returns[0])
+    chunks = loop.steps // loop.eval_every
+    ran = 0
+    while done < chunks and (stop_after is None or ran < stop_after):
+        start = time.perf_counter()
+        state, logs = run_steps(env, agent_config, loop, state, loop.eval_every)
+        span = slice(done * loop.eval_every, (done + 1) * loop.eval_every)
+        for field, values in zip(history.logs, logs, strict=True):
+            field[span] = np.asarray(values)
+        done += 1
+        ran += 1
+        history.eval_returns[done] = np.asarray(evaluate(
+            env, state.agent, jax.random.fold_in(eval_key, done), loop.eval_episodes,
+            loop.num_frames))
+        history.seconds += time.perf_counter() - start
+        if checkpoint is not None:
+            checkpoints.save(checkpoint, (state, (history.eval_returns, history.logs)),
+                             done=done, **header)
+        if on_eval is not None:
+            on_eval(done * loop.eval_every, history.eval_returns[done])
+    return state, history
+
+
+@eqx.filter_jit
+def reconstruct(agent: sac_ae.AgentState, obs: jax.Array) -> jax.Array:
+    """Decoder reconstructions of uint8 observations ``(B, H, W, C)`` as uint8 images in the
+    5-bit target's scale (``(rec + 0.5) * 255``)."""
+    rec = jax.vmap(lambda o: agent.decoder(agent.critic.encoder(o)))(obs)
+    return jnp.clip((rec + 0.5) * 255.0, 0, 255).astype(jnp.uint8)
