@@ -204,6 +204,14 @@ class DMCEnv:
         self._t += 1
         return self._render(), float(reward), self._t >= self.episode_steps
 
+    def __repr__(self) -> str:
+        return (f"DMCEnv({self.name!r}, image_size={self.image_size}, "
+                f"action_repeat={self.action_repeat}, camera_id={self.camera_id})")
+
+    def seed(self, seed: int) -> None:
+        """Reseed the task's random initial states (the next ``reset`` uses it)."""
+        self._env.task.random.seed(seed)
+
     def close(self):
         """Free the rendering context."""
         self._env.physics.free()

@@ -297,3 +297,136 @@ def reconstruct(agent: sac_ae.AgentState, obs: jax.Array) -> jax.Array:
     5-bit target's scale (``(rec + 0.5) * 255``)."""
     rec = jax.vmap(lambda o: agent.decoder(agent.critic.encoder(o)))(obs)
     return jnp.clip((rec + 0.5) * 255.0, 0, 255).astype(jnp.uint8)
+
+
+# ---------------------------------------------------------------- host-side environments
+
+@eqx.filter_jit(donate="all")
+def _host_store(replay: replays.Replay, action, reward, frame, done, first_frame):
+    """``add_step``, then ``start_episode(first_frame)`` if ``done`` (one jitted call)."""
+    replay = replays.add_step(replay, action, reward, jnp.ones(()), frame)
+    return jax.lax.cond(done, lambda r: replays.start_episode(r, first_frame), lambda r: r,
+                        replay)
+
+
+@eqx.filter_jit
+def _host_act(agent, replay, step, key, init_steps: int, num_frames: int, action_size: int):
+    obs = replays.latest(replay, num_frames)
+    return jax.lax.cond(
+        step < init_steps,
+        lambda: jax.random.uniform(key, (action_size,), minval=-1.0, maxval=1.0),
+        lambda: sac_ae.act(agent, obs, key))
+
+
+@eqx.filter_jit(donate="all-except-first")
+def _host_update(replay, agent, step, key, agent_config, loop):
+    return _updates(agent_config, loop, agent, replay, step, key)
+
+
+_act = eqx.filter_jit(sac_ae.act)
+
+
+def _host_episode(env, agent, key, num_frames: int) -> tuple[float, np.ndarray]:
+    """One deterministic episode on a host environment: ``(return, frames)``."""
+    frame = env.reset()
+    stack = jnp.tile(jnp.asarray(frame), (1, 1, num_frames))
+    frames, total, done = [frame], 0.0, False
+    while not done:
+        frame, reward, done = env.step(np.asarray(_act(agent, stack, key, True)))
+        stack = _stack_push(stack, jnp.asarray(frame))
+        frames.append(frame)
+        total += reward
+    return total, np.stack(frames)
+
+
+def train_host(env, eval_env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig,
+               key: jax.Array, *, seed: int = 0, checkpoint: str | Path | None = None,
+               stop_after: int | None = None, on_eval=None) -> tuple[TrainState, History]:
+    """``train`` for a host-side environment (``lab.envs.DMCEnv``): the same schedule, with
+    the environment stepped in Python and the agent's work in jitted calls.
+
+    Chunks of ``eval_every`` steps start on an episode boundary and reseed both
+    environments from ``(seed, chunk)``, so a resumed run repeats an uninterrupted one.
+    """
+    check(env, agent_config, loop)
+    if loop.eval_every % env.episode_steps:
+        raise ValueError(f"eval_every ({loop.eval_every}) must be a multiple of the episode "
+                         f"length ({env.episode_steps} agent steps) on a host environment")
+    k_agent, _, k_run = jax.random.split(key, 3)
+    agent = sac_ae.init(agent_config, k_agent, obs_shape(env, loop), env.action_size)
+    replay = replays.init(loop.replay_capacity, (env.image_size, env.image_size, 3),
+                          env.action_size)
+    state = TrainState(agent, replay, None, k_run, jnp.zeros((), jnp.int32),
+                       jnp.zeros((), jnp.float32))
+    history = _empty_history(loop)
+    header = _header(env, agent_config, loop, key) | {"seed": seed}
+    done_chunks = 0
+
+    def evaluate_now(chunk):
+        eval_env.seed(10_000 * seed + chunk + 5_000)
+        k = jax.random.fold_in(jax.random.fold_in(key, 1), chunk)
+        returns = [_host_episode(eval_env, state.agent, k, loop.num_frames)[0]
+                   for _ in range(loop.eval_episodes)]
+        history.eval_returns[chunk] = returns
+        if on_eval is not None:
+            on_eval(chunk * loop.eval_every, history.eval_returns[chunk])
+
+    if checkpoint is not None and Path(checkpoint).exists():
+        info = checkpoints.read_info(checkpoint)
+        changed = [k for k in header if info.get(k) != header[k]]
+        if changed:
+            raise ValueError(f"checkpoint {checkpoint} was written with a different "
+                             f"{' and '.join(changed)}; delete it or choose another path")
+        (state, arrays), info = checkpoints.load(
+            checkpoint, (state, (history.eval_returns, history.logs)))
+        history.eval_returns = np.array(arrays[0])
+        history.logs = StepLog(*(np.array(x) for x in arrays[1]))
+        done_chunks = info["done"]
+    else:
+        evaluate_now(0)
+    chunks, ran = loop.steps // loop.eval_every, 0
+    while done_chunks < chunks and (stop_after is None or ran < stop_after):
+        start = time.perf_counter()
+        env.seed(10_000 * seed + done_chunks)
+        frame = env.reset()
+        agent, replay, key_run = state.agent, state.replay, state.key
+        replay = replays.start_episode(replay, jnp.asarray(frame))
+        episode_return = 0.0
+        for i in range(loop.eval_every):
+            step = done_chunks * loop.eval_every + i
+            k_act, k_update, key_run = jax.random.split(key_run, 3)
+            # arrays, not Python numbers: filter_jit would compile once per distinct value
+            step_array = jnp.asarray(step, jnp.int32)
+            action = _host_act(agent, replay, step_array, k_act, loop.init_steps,
+                               loop.num_frames, env.action_size)
+            agent, metrics = _host_update(replay, agent, step_array, k_update, agent_config,
+                                          loop)
+            frame, reward, done = env.step(np.asarray(action))
+            first = env.reset() if done else frame
+            replay = _host_store(replay, action, jnp.asarray(reward, jnp.float32),
+                                 jnp.asarray(frame), jnp.asarray(done), jnp.asarray(first))
+            episode_return += reward
+            logs = history.logs
+            logs.reward[step] = reward
+            logs.episode_return[step] = episode_return if done else np.nan
+            logs.critic_loss[step] = metrics.critic.critic_loss
+            logs.actor_loss[step] = metrics.actor.actor_loss
+            logs.alpha[step] = metrics.actor.alpha
+            logs.entropy[step] = metrics.actor.entropy
+            logs.reconstruction_loss[step] = metrics.decoder.reconstruction_loss
+            if done:
+                episode_return = 0.0
+        # the chunk ends on an episode boundary; the next chunk starts a fresh episode, so
+        # drop the reset frame stored above (the next chunk stores its own)
+        replay = replay._replace(count=replay.count - 1)
+        state = TrainState(agent, replay, None, key_run,
+                           jnp.asarray((done_chunks + 1) * loop.eval_every, jnp.int32),
+                           jnp.zeros((), jnp.float32))
+        done_chunks += 1
+        ran += 1
+        evaluate_now(done_chunks)
+        history.seconds += time.perf_counter() - start
+        if checkpoint is not None:
+            checkpoints.save(checkpoint, (state, (history.eval_returns, history.logs)),
+                             done=done_chunks, **header)
+    return state, history
