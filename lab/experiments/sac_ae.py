@@ -1,0 +1,269 @@
+"""The SAC-AE reproduction: presets, runs with checkpoints, the random baseline, the verdict.
+
+Claim (Yarats et al. 2019), measured at CPU scale on the JAX pixel tasks: SAC-AE learns
+pixel swing-up to a stated threshold well above a uniformly random policy, and does better
+than pixel SAC (the same agent with no decoder) at the same step budget. Each of ``seeds``
+seeds trains both variants; a run's score is the mean deterministic evaluation return at
+the last evaluation.
+"""
+
+import hashlib
+import inspect
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from lab import envs
+from lab.train import checkpoint as checkpoints
+from lab.train import sac_ae_loop as loops
+from lab.train.sac_ae import SACAEConfig
+
+DMC_PREFIX = "dmc:"
+THRESHOLD_FRACTION = 0.25
+"""The swing-up threshold: a quarter of the maximum return (1 per physics step)."""
+
+# Named set-ups; a preset's values replace the notebook's. ``claim`` is the CPU measurement
+# of the claim (about 45 minutes on 2 cores); the dmc_* presets are the paper's set-ups for
+# a GPU machine (steps are agent steps: environment steps / action repeat).
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "claim": dict(env="pendulum_swingup", image_size=24, action_repeat=8, steps=10_000,
+                  init_steps=1000, eval_every=2000, seeds=3),
+    "dmc_cartpole": dict(env="dmc:cartpole_swingup", image_size=84, action_repeat=8,
+                         steps=62_500, eval_every=1250, init_steps=1000, batch_size=128,
+                         hidden_dim=1024, eval_episodes=10, replay_capacity=100_000,
+                         seeds=3),
+    "dmc_cheetah": dict(env="dmc:cheetah_run", image_size=84, action_repeat=4,
+                        steps=125_000, eval_every=2500, init_steps=1000, batch_size=128,
+                        hidden_dim=1024, eval_episodes=10, replay_capacity=100_000, seeds=3),
+}
+VARIANTS = {"sac_ae": True, "pixel_sac": False}
+"""Variant name -> decoder on."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything one run of the notebook needs, validated."""
+
+    env: str
+    image_size: int
+    action_repeat: int
+    agent: SACAEConfig
+    loop: loops.LoopConfig
+    seeds: int
+    variants: tuple[str, ...]
+
+    @property
+    def is_dmc(self) -> bool:
+        return self.env.startswith(DMC_PREFIX)
+
+    def make_env(self, seed: int = 0):
+        if self.is_dmc:
+            return envs.make_dmc(self.env[len(DMC_PREFIX):], image_size=self.image_size,
+                                 action_repeat=self.action_repeat, seed=seed)
+        return envs.make(self.env, image_size=self.image_size,
+                         action_repeat=self.action_repeat)
+
+    @property
+    def max_return(self) -> float:
+        """Largest possible episode return: reward <= 1 per physics step, 1000 steps."""
+        return 1000.0
+
+    def agent_config(self, variant: str) -> SACAEConfig:
+        return replace(self.agent, decoder=VARIANTS[variant])
+
+
+def configure(*, preset: str, env: str, image_size: int, action_repeat: int, steps: int,
+              init_steps: int, eval_every: int, eval_episodes: int, seeds: int,
+              batch_size: int, hidden_dim: int, num_filters: int, replay_capacity: int,
+              variants: list[str]) -> Setup:
+    """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
+    The runner calls this before it starts a kernel (the notebook's metadata names it)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = dict(env=env, image_size=image_size, action_repeat=action_repeat, steps=steps,
+             init_steps=init_steps, eval_every=eval_every, eval_episodes=eval_episodes,
+             seeds=seeds, batch_size=batch_size, hidden_dim=hidden_dim,
+             num_filters=num_filters, replay_capacity=replay_capacity,
+             variants=variants) | PRESETS[preset]
+    name = p["env"]
+    if name.startswith(DMC_PREFIX):
+        task = name[len(DMC_PREFIX):]
+        if task not in envs.DMC_TASKS:
+            raise ValueError(f"unknown DMC task {task!r}; choose one of "
+                             f"{', '.join(DMC_PREFIX + t for t in envs.DMC_TASKS)}")
+        repeat = p["action_repeat"] or envs.DMC_TASKS[task]
+    elif name in envs.ENVS:
+        repeat = p["action_repeat"] or envs.ENVS[name]().action_repeat
+    else:
+        raise ValueError(f"unknown env {name!r}; choose one of {', '.join(envs.ENVS)} or "
+                         f"{DMC_PREFIX}<task> with a task from {', '.join(envs.DMC_TASKS)}")
+    unknown = [v for v in p["variants"] if v not in VARIANTS]
+    if unknown or not p["variants"]:
+        raise ValueError(f"variants must be a non-empty list from {', '.join(VARIANTS)}, "
+                         f"got {p['variants']}")
+    if p["seeds"] < 1:
+        raise ValueError(f"seeds must be at least 1, got {p['seeds']}")
+    agent = SACAEConfig(batch_size=p["batch_size"], hidden_dim=p["hidden_dim"],
+                        num_filters=p["num_filters"])
+    if p["image_size"] < max(agent.min_image_size, envs.MIN_IMAGE_SIZE):
+        raise ValueError(f"image_size {p['image_size']} is too small: the encoder's "
+                         f"{agent.num_layers} convs need at least "
+                         f"{max(agent.min_image_size, envs.MIN_IMAGE_SIZE)}")
+    loop = loops.LoopConfig(steps=p["steps"], init_steps=p["init_steps"],
+                            eval_every=p["eval_every"], eval_episodes=p["eval_episodes"],
+                            replay_capacity=min(p["replay_capacity"], 2 * p["steps"] + 16))
+    setup = Setup(name, p["image_size"], repeat, agent, loop, p["seeds"],
+                  tuple(p["variants"]))
+    if not setup.is_dmc:  # DMC is checked when its environment is built (it loads MuJoCo)
+        loops.check(setup.make_env(), agent, loop)
+    return setup
+
+
+PARAMETERS = tuple(inspect.signature(configure).parameters)
+
+
+def checkpoint_path(setup: Setup, variant: str, seed: int) -> Path:
+    """Where a run's checkpoint lives: named by a hash of everything that defines it."""
+    spec = json.dumps([setup.env, setup.image_size, setup.action_repeat,
+                       asdict(setup.agent_config(variant)), asdict(setup.loop), seed],
+                      sort_keys=True)
+    digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
+    return checkpoints.default_dir() / f"sac_ae-{variant}-seed{seed}-{digest}.ckpt"
+
+
+@dataclass
+class Run:
+    variant: str
+    seed: int
+    state: loops.TrainState
+    history: loops.History
+
+
+def train(setup: Setup, variant: str, seed: int, on_eval=None) -> Run:
+    """Train one variant from one seed (resuming from its checkpoint if there is one)."""
+    key = jax.random.key(seed)
+    path = checkpoint_path(setup, variant, seed)
+    if setup.is_dmc:
+        with setup.make_env(seed) as env, setup.make_env(seed + 1000) as eval_env:
+            state, history = loops.train_host(env, eval_env, setup.agent_config(variant),
+                                              setup.loop, key, seed=seed, checkpoint=path,
+                                              on_eval=on_eval)
+    else:
+        state, history = loops.train(setup.make_env(), setup.agent_config(variant),
+                                     setup.loop, key, checkpoint=path, on_eval=on_eval)
+    return Run(variant, seed, state, history)
+
+
+def random_returns(setup: Setup, episodes: int = 20) -> np.ndarray:
+    """Returns of a uniformly random policy (the baseline the threshold is stated against)."""
+    if setup.is_dmc:
+        out = []
+        with setup.make_env(12345) as env:
+            for _ in range(episodes):
+                env.reset()
+                total, done = 0.0, False
+                rng = np.random.default_rng(len(out))
+                while not done:
+                    _, reward, done = env.step(rng.uniform(-1, 1, env.action_size))
+                    total += reward
+                out.append(total)
+        return np.array(out)
+    env = setup.make_env()
+    keys = jax.random.split(jax.random.key(12345), episodes)
+    return np.asarray(jax.jit(jax.vmap(lambda k: envs.random_episode_return(env, k)))(keys))
+
+
+def final_score(run: Run) -> float:
+    """Mean evaluation return at the last evaluation."""
+    return float(np.mean(run.history.eval_returns[-1]))
+
+
+def verdict(setup: Setup, runs: list[Run], random: np.ndarray) -> dict[str, Any]:
+    """The claim's numbers from finished runs."""
+    threshold = float(np.mean(random)) + THRESHOLD_FRACTION * (
+        setup.max_return - float(np.mean(random)))
+    m: dict[str, Any] = {
+        "env": setup.env, "image_size": setup.image_size, "agent_steps": setup.loop.steps,
+        "env_steps": setup.loop.steps * setup.action_repeat, "seeds": setup.seeds,
+        "random_return": float(np.mean(random)), "threshold": threshold}
+    for variant in setup.variants:
+        scores = [final_score(r) for r in runs if r.variant == variant]
+        curves = np.array([r.history.eval_returns.mean(1) for r in runs if r.variant == variant])
+        m[f"{variant}_final_return"] = float(np.mean(scores))
+        m[f"{variant}_final_return_std"] = float(np.std(scores))
+        m[f"{variant}_final_returns"] = scores
+        m[f"{variant}_mean_eval_return"] = float(curves.mean())  # area under the curve
+        m[f"{variant}_train_seconds"] = float(np.mean(
+            [r.history.seconds for r in runs if r.variant == variant]))
+        env_steps = runs[0].history.eval_steps * setup.action_repeat
+        for mark in (100_000, 500_000):  # the paper's reporting points, when reached
+            if mark in env_steps:
+                at = curves[:, list(env_steps).index(mark)]
+                m[f"{variant}_return_at_{mark // 1000}k_env_steps"] = float(at.mean())
+    if "sac_ae" in setup.variants:
+        m["claim_learns_above_threshold"] = bool(
+            min(m["sac_ae_final_returns"]) >= threshold)
+    if set(VARIANTS) <= set(setup.variants):
+        m["sac_ae_minus_pixel_sac"] = m["sac_ae_final_return"] - m["pixel_sac_final_return"]
+        m["claim_beats_pixel_sac"] = bool(m["sac_ae_minus_pixel_sac"] > 0)
+        pairs = zip(m["sac_ae_final_returns"], m["pixel_sac_final_returns"], strict=True)
+        m["seeds_sac_ae_ahead"] = int(sum(a > b for a, b in pairs))
+    return m
+
+
+def describe(m: dict[str, Any]) -> str:
+    """The conclusions as Markdown, every number from ``m``."""
+    def score(variant):
+        return (f"{m[f'{variant}_final_return']:.1f} ± {m[f'{variant}_final_return_std']:.1f} "
+                f"(seeds: {', '.join(f'{s:.1f}' for s in m[f'{variant}_final_returns'])})")
+
+    lines = [f"**Set-up.** `{m['env']}` at {m['image_size']}x{m['image_size']} pixels, "
+             f"{m['agent_steps']:,} agent steps ({m['env_steps']:,} environment steps), "
+             f"{m['seeds']} seeds. A uniformly random policy scores "
+             f"{m['random_return']:.1f}; the threshold is a quarter of the way from it to the "
+             f"maximum of 1000: **{m['threshold']:.1f}**.", ""]
+    if "sac_ae_final_return" in m:
+        held = "holds" if m["claim_learns_above_threshold"] else "does not hold"
+        lines += [f"- **Claim 1, SAC-AE learns swing-up above the threshold on every seed: "
+                  f"{held}.** Final evaluation return {score('sac_ae')}.", ""]
+    if "claim_beats_pixel_sac" in m:
+        held = "holds" if m["claim_beats_pixel_sac"] else "does not hold"
+        lines += [f"- **Claim 2, SAC-AE beats pixel SAC (no decoder) at the same step "
+                  f"budget: {held}** (difference {m['sac_ae_minus_pixel_sac']:+.1f}; SAC-AE "
+                  f"ahead on {m['seeds_sac_ae_ahead']} of {m['seeds']} seeds). Pixel SAC: "
+                  f"{score('pixel_sac')}. Mean return over all evaluations (area under the "
+                  f"curve): SAC-AE {m['sac_ae_mean_eval_return']:.1f}, pixel SAC "
+                  f"{m['pixel_sac_mean_eval_return']:.1f}.", "",
+                  f"Training time per run: SAC-AE {m['sac_ae_train_seconds']:.0f} s, pixel "
+                  f"SAC {m['pixel_sac_train_seconds']:.0f} s (the decoder's cost).", ""]
+    return "\n".join(lines)
+
+
+def evaluation_episode(setup: Setup, run: Run, seed: int = 0) -> tuple[float, np.ndarray]:
+    """One deterministic episode of a trained agent: ``(return, frames (T + 1, H, W, 3))``."""
+    key = jax.random.key(10_000 + seed)
+    if setup.is_dmc:
+        with setup.make_env(seed + 2000) as env:
+            return loops._host_episode(env, run.state.agent, key, setup.loop.num_frames)
+    total, frames, _ = eqx.filter_jit(loops.episode)(setup.make_env(), run.state.agent, key,
+                                                     setup.loop.num_frames)
+    return float(total), np.asarray(frames)
+
+
+def observations(frames: np.ndarray, times: list[int], num_frames: int) -> np.ndarray:
+    """The stacked observations ``(len(times), H, W, 3 num_frames)`` the agent saw at
+    ``times`` of an episode's ``frames`` (the first frame repeated at the start)."""
+    stacks = [np.concatenate([frames[max(t - k, 0)] for k in range(num_frames - 1, -1, -1)],
+                             axis=-1) for t in times]
+    return np.stack(stacks)
+
+
+def reconstructions(run: Run, obs: np.ndarray) -> np.ndarray:
+    """The decoder's reconstruction of each observation's newest frame, uint8 RGB."""
+    return np.asarray(loops.reconstruct(run.state.agent, obs))[..., -3:]
