@@ -20,6 +20,9 @@ SMOKE = {
     "02_vsml": {"iterations": 3, "seeds": 1, "steps": 8, "test_steps": 10, "test_episodes": 2,
                 "tasks": ["iris", "sum_sign"], "meta_rnn_tasks_per_batch": 2,
                 "backprop_iterations": 3},
+    "03_sac_ae": {"image_size": 16, "action_repeat": 50, "steps": 40, "init_steps": 20,
+                  "eval_every": 20, "eval_episodes": 1, "seeds": 1, "batch_size": 4,
+                  "hidden_dim": 16, "num_filters": 4},
 }
 # Metrics each notebook must record.
 HEADLINE = {
@@ -29,6 +32,8 @@ HEADLINE = {
     "02_vsml": {"claim_above_chance_on_every_task", "claim_beats_sgd_and_adam_early",
                 "claim_generalises_better_than_meta_rnn", "iris_vsml_accuracy",
                 "gradient_alignment", "backprop_mean_gap", "backprop_imitation_w"},
+    "03_sac_ae": {"claim_learns_above_threshold", "claim_beats_pixel_sac", "threshold",
+                  "random_return", "sac_ae_final_return", "pixel_sac_final_return"},
 }
 
 
@@ -116,4 +121,22 @@ def test_vsml_bad_values_fail_before_any_kernel_starts(tmp_path, params, message
     out = tmp_path / "reports"
     assert main(["run", str(ROOT / "notebooks/02_vsml.ipynb"), *params, "--out", str(out)]) == 2
     assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("params, message", [
+    (["-p", "env", "dmc:cartpole_balance"], "unknown DMC task 'cartpole_balance'"),
+    (["-p", "env", "acrobot"], "unknown env 'acrobot'"),
+    (["-p", "image_size", "12"], "image_size 12 is too small"),
+    (["-p", "batch_size", "600"], "batch size 600 is larger than the 500 transitions"),
+    (["-p", "steps", "1200"], "steps (1200) must be a multiple of eval_every (500)"),
+    (["-p", "variants", "[\"decoder\"]"], "variants must be a non-empty list"),
+])
+def test_sac_ae_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
+    from lab.experiments.cli import main
+
+    out = tmp_path / "reports"
+    assert main(["run", str(ROOT / "notebooks/03_sac_ae.ipynb"), *params, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
     assert not out.exists()
