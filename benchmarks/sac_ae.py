@@ -11,6 +11,9 @@
      PyTorch reference use).
    Each is timed at the top level of a jitted function and inside ``lax.scan`` (as the
    training loop runs it); the ratio is the time over ``matmul``'s at the top level.
+   Beside them, the autoencoder step alone (convs, encoder head and decoder; reconstruction
+   loss; Adam), ours against the same layers in PyTorch (channels-first, its default CPU
+   convolutions) when torch is installed (it is not a dependency: ``pip install torch``).
 2. Steps per second of the whole training loop: on the JAX task (one jitted scan of
    environment, replay and one update per step; ``--loop-size`` frames, the notebook's CPU
    agent) and on DMC cartpole (the host-side loop; skipped without dm_control or GL), with
@@ -128,6 +131,64 @@ def _time_formulation(config, key, data, size: int, repeats: int, scan: int):
     return first, best, median, first_loop, best_loop / scan, median_loop / scan
 
 
+def reconstruction_times(size: int, batch: int, repeats: int):
+    """Seconds of one autoencoder update: ours per formulation, and PyTorch's."""
+    config = sac_ae.SACAEConfig(batch_size=batch, hidden_dim=16)
+    key = jax.random.key(0)
+    obs = jax.random.randint(key, (batch, size, size, 9), 0, 256).astype(jnp.uint8)
+    data = sac_ae.Batch(obs, jnp.zeros((batch, 1)), jnp.ones((batch,)), obs,
+                        jnp.ones((batch,)))
+    rows = []
+    for name in FORMULATIONS:
+        use(name)
+        state = sac_ae.init(config, key, (size, size, 9), 1)
+        step = eqx.filter_jit(lambda s, b: sac_ae.update_decoder(config, s, b, key)[0])
+        rows.append((name, *timed(lambda: step(state, data), repeats)))  # noqa: B023
+    use("matmul")
+    try:
+        rows.append(("PyTorch", *torch_reconstruction_times(size, batch, repeats)))
+    except ImportError:
+        rows.append(("PyTorch", float("nan"), float("nan"), float("nan")))
+    return rows
+
+
+def torch_reconstruction_times(size: int, batch: int, repeats: int):
+    """The reference's encoder and decoder in PyTorch, one Adam step on the same loss."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    out = sac_ae.conv_output_size(size, 4)
+    pad = size - 2 * ((size - 3) // 2 + 1) - 1
+    convs = nn.ModuleList([nn.Conv2d(9, 32, 3, stride=2)] + [nn.Conv2d(32, 32, 3)
+                                                              for _ in range(3)])
+    head = nn.Sequential(nn.Linear(32 * out * out, 50), nn.LayerNorm(50))
+    fc = nn.Linear(50, 32 * out * out)
+    deconvs = nn.ModuleList([nn.ConvTranspose2d(32, 32, 3) for _ in range(3)] + [
+        nn.ConvTranspose2d(32, 9, 3, stride=2, output_padding=pad)])
+    modules = nn.ModuleList([convs, head, fc, deconvs])
+    optimizer = torch.optim.Adam(modules.parameters(), lr=1e-3)
+    obs = torch.randint(0, 256, (batch, 9, size, size), dtype=torch.uint8)
+
+    def step():
+        x = obs.float() / 255.0
+        for conv in convs:
+            x = torch.relu(conv(x))
+        h = torch.tanh(head(x.flatten(1)))
+        y = torch.relu(fc(h)).view(-1, 32, out, out)
+        for deconv in deconvs[:-1]:
+            y = torch.relu(deconv(y))
+        y = deconvs[-1](y)
+        target = (torch.floor(obs.float() / 8) + torch.rand_like(y)) / 32 - 0.5
+        loss = ((y - target) ** 2).mean() + 1e-6 * (0.5 * h.pow(2).sum(1)).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return timed(step, repeats)
+
+
 def dataclass_step0(state):
     """The agent with its step counter back at 0, so every update in a scan is a full one."""
     return eqx.tree_at(lambda s: s.step, state, jnp.zeros((), jnp.int32))
@@ -208,6 +269,14 @@ def main(argv=None) -> None:
     for name, first, best, median, _, best_loop, median_loop in rows:
         print(f"{name:<10} {first:>10.2f} {best:>8.3f} {median:>8.3f} {best / base:>6.2f}   "
               f"{best_loop:>13.3f} {median_loop:>8.3f} {best_loop / base:>6.2f}")
+
+    print(f"\n## Autoencoder update alone: batch {args.batch}, {args.size}x{args.size}x9 "
+          "(seconds)")
+    rows = reconstruction_times(args.size, args.batch, args.repeats)
+    base = rows[0][2]
+    print(f"{'formulation':<10} {'compile+1':>10} {'best':>8} {'median':>8} {'ratio':>6}")
+    for name, first, best, median in rows:
+        print(f"{name:<10} {first:>10.2f} {best:>8.3f} {median:>8.3f} {best / base:>6.2f}")
 
     agent = sac_ae.SACAEConfig(batch_size=32 if not args.quick else 4,
                                hidden_dim=256 if not args.quick else 16,
