@@ -57,6 +57,21 @@ def load(path: str | Path, like: Any) -> tuple[Any, dict[str, Any]]:
     return tree, info
 
 
+def resume(path: str | Path | None, like: Any, **header: Any) -> tuple[Any, dict] | None:
+    """The saved state at ``path`` if there is one, as ``load`` returns it; None when
+    ``path`` is None or does not exist. A checkpoint whose header differs from ``header``
+    (another configuration, key or model) is refused, naming what differs, and left as it is.
+    """
+    if path is None or not Path(path).exists():
+        return None
+    info = read_info(path)
+    changed = [k for k in header if info.get(k) != header[k]]
+    if changed:
+        raise ValueError(f"checkpoint {path} was written with a different "
+                         f"{' and '.join(changed)}; delete it or choose another path")
+    return load(path, like)
+
+
 def fingerprint(tree: Any) -> str:
     """The type and leaf shapes of a model: what must match for a checkpoint to fit."""
     shapes = [list(leaf.shape) for leaf in jax.tree.leaves(eqx.filter(tree, eqx.is_array))]

@@ -223,6 +223,14 @@ class History:
     seconds: float = 0.0
     """Wall-clock time of the training chunks run in this process (compiles included)."""
 
+    def arrays(self):
+        """What a checkpoint keeps of the history."""
+        return self.eval_returns, self.logs
+
+    def set_arrays(self, arrays) -> None:
+        self.eval_returns = np.array(arrays[0])
+        self.logs = StepLog(*(np.array(x) for x in arrays[1]))
+
 
 def _empty_history(loop: LoopConfig) -> History:
     evals = loop.steps // loop.eval_every + 1
@@ -252,16 +260,10 @@ def train(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig, key: jax.Arra
     header = _header(env, agent_config, loop, key)
     eval_key = jax.random.fold_in(key, 1)
     done = 0  # chunks finished
-    if checkpoint is not None and Path(checkpoint).exists():
-        info = checkpoints.read_info(checkpoint)
-        changed = [k for k in header if info.get(k) != header[k]]
-        if changed:
-            raise ValueError(f"checkpoint {checkpoint} was written with a different "
-                             f"{' and '.join(changed)}; delete it or choose another path")
-        (state, arrays), info = checkpoints.load(
-            checkpoint, (state, (history.eval_returns, history.logs)))
-        history.eval_returns = np.array(arrays[0])
-        history.logs = StepLog(*(np.array(x) for x in arrays[1]))
+    resumed = checkpoints.resume(checkpoint, (state, history.arrays()), **header)
+    if resumed is not None:
+        (state, arrays), info = resumed
+        history.set_arrays(arrays)
         done = info["done"]
     else:
         history.eval_returns[0] = np.asarray(evaluate(
@@ -284,8 +286,7 @@ def train(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig, key: jax.Arra
             loop.num_frames))
         history.seconds += time.perf_counter() - start
         if checkpoint is not None:
-            checkpoints.save(checkpoint, (state, (history.eval_returns, history.logs)),
-                             done=done, **header)
+            checkpoints.save(checkpoint, (state, history.arrays()), done=done, **header)
         if on_eval is not None:
             on_eval(done * loop.eval_every, history.eval_returns[done])
     return state, history
@@ -371,16 +372,10 @@ def train_host(env, eval_env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig
         if on_eval is not None:
             on_eval(chunk * loop.eval_every, history.eval_returns[chunk])
 
-    if checkpoint is not None and Path(checkpoint).exists():
-        info = checkpoints.read_info(checkpoint)
-        changed = [k for k in header if info.get(k) != header[k]]
-        if changed:
-            raise ValueError(f"checkpoint {checkpoint} was written with a different "
-                             f"{' and '.join(changed)}; delete it or choose another path")
-        (state, arrays), info = checkpoints.load(
-            checkpoint, (state, (history.eval_returns, history.logs)))
-        history.eval_returns = np.array(arrays[0])
-        history.logs = StepLog(*(np.array(x) for x in arrays[1]))
+    resumed = checkpoints.resume(checkpoint, (state, history.arrays()), **header)
+    if resumed is not None:
+        (state, arrays), info = resumed
+        history.set_arrays(arrays)
         done_chunks = info["done"]
     else:
         evaluate_now(0)
@@ -427,6 +422,6 @@ def train_host(env, eval_env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig
         evaluate_now(done_chunks)
         history.seconds += time.perf_counter() - start
         if checkpoint is not None:
-            checkpoints.save(checkpoint, (state, (history.eval_returns, history.logs)),
-                             done=done_chunks, **header)
+            checkpoints.save(checkpoint, (state, history.arrays()), done=done_chunks,
+                             **header)
     return state, history

@@ -143,14 +143,9 @@ def make_meta_train(config: MetaConfig, source: TaskSource):
         header = {"config": asdict(config), "key": np.asarray(jax.random.key_data(key)).tolist(),
                   "learner": checkpoints.fingerprint(learner)}
         done = 0
-        if checkpoint is not None and Path(checkpoint).exists():
-            info = checkpoints.read_info(checkpoint)
-            changed = [k for k in header if info.get(k) != header[k]]
-            if changed:
-                raise ValueError(f"checkpoint {checkpoint} was written with a different "
-                                 f"{' and '.join(changed)}; delete it or choose another path")
-            (learner, opt_state, history), info = checkpoints.load(
-                checkpoint, (learner, opt_state, history))
+        resumed = checkpoints.resume(checkpoint, (learner, opt_state, history), **header)
+        if resumed is not None:
+            (learner, opt_state, history), info = resumed
             history, done = np.array(history), info["done"]
         while done < config.iterations:
             count = min(every, config.iterations - done)
