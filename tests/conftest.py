@@ -1,3 +1,4 @@
+import importlib.util
 import json
 from pathlib import Path
 
@@ -19,6 +20,15 @@ def write_notebook(path: Path, parameters: str, *cells: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
     return path
+
+
+def load_benchmark(name: str):
+    """``benchmarks/<name>.py`` as a module (benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}",
+                                                  ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_dirs(out: Path) -> list[Path]:

@@ -1,23 +1,16 @@
 """benchmarks/sac_ae.py compares the model's matmul convolutions with XLA's: the three
 formulations must compute the same thing."""
 
-import importlib.util
-from pathlib import Path
-
 import jax
 import numpy as np
 import pytest
 
 from lab.models import conv as convs
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "sac_ae.py"
+from tests.conftest import load_benchmark
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark_sac_ae", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("sac_ae")
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])

@@ -1,20 +1,15 @@
 """benchmarks/vsml.py: its FLOP count against a hand count, and its smoke run."""
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vsml.py"
+from tests.conftest import ROOT, load_benchmark
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark_vsml", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("vsml")
 
 
 def test_benchmark_vsml_tick_flops_match_hand_count():
@@ -41,6 +36,7 @@ def test_benchmark_vsml_reference_cell_counts():
 
 @pytest.mark.slow
 def test_benchmark_vsml_quick_runs():
-    out = subprocess.run([sys.executable, str(SCRIPT), "--quick"], capture_output=True,
+    script = ROOT / "benchmarks" / "vsml.py"
+    out = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
                          text=True, timeout=600, check=True).stdout
     assert "| meta-test 16-32-3 |" in out and "| meta-train ES, population 4 |" in out
