@@ -221,7 +221,8 @@ class History:
     logs: StepLog
     """Per-step numpy arrays of length ``steps``."""
     seconds: float = 0.0
-    """Wall-clock time of the training chunks run in this process (compiles included)."""
+    """Wall-clock time of the training chunks and evaluations (compiles included), summed
+    over the processes that ran them (a checkpoint carries it)."""
 
     def arrays(self):
         """What a checkpoint keeps of the history."""
@@ -264,6 +265,7 @@ def train(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig, key: jax.Arra
     if resumed is not None:
         (state, arrays), info = resumed
         history.set_arrays(arrays)
+        history.seconds = info.get("seconds", 0.0)
         done = info["done"]
     else:
         history.eval_returns[0] = np.asarray(evaluate(
@@ -286,7 +288,8 @@ def train(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig, key: jax.Arra
             loop.num_frames))
         history.seconds += time.perf_counter() - start
         if checkpoint is not None:
-            checkpoints.save(checkpoint, (state, history.arrays()), done=done, **header)
+            checkpoints.save(checkpoint, (state, history.arrays()), done=done,
+                             seconds=history.seconds, **header)
         if on_eval is not None:
             on_eval(done * loop.eval_every, history.eval_returns[done])
     return state, history
@@ -376,6 +379,7 @@ def train_host(env, eval_env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig
     if resumed is not None:
         (state, arrays), info = resumed
         history.set_arrays(arrays)
+        history.seconds = info.get("seconds", 0.0)
         done_chunks = info["done"]
     else:
         evaluate_now(0)
@@ -423,5 +427,5 @@ def train_host(env, eval_env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig
         history.seconds += time.perf_counter() - start
         if checkpoint is not None:
             checkpoints.save(checkpoint, (state, history.arrays()), done=done_chunks,
-                             **header)
+                             seconds=history.seconds, **header)
     return state, history
