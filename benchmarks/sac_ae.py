@@ -111,12 +111,10 @@ def update_times(size: int, batch: int, hidden: int, repeats: int, scan: int):
         jax.random.randint(k_obs, shape, 0, 256).astype(jnp.uint8),
         jax.random.uniform(k_act, (batch, 1), minval=-1, maxval=1), jnp.ones((batch,)),
         jax.random.randint(k_next, shape, 0, 256).astype(jnp.uint8), jnp.ones((batch,)))
-    rows = []
     for name in FORMULATIONS:
         use(name)
-        rows.append((name, *_time_formulation(config, key, data, size, repeats, scan)))
+        yield (name, *_time_formulation(config, key, data, size, repeats, scan))
     use("matmul")
-    return rows
 
 
 def _time_formulation(config, key, data, size: int, repeats: int, scan: int):
@@ -262,13 +260,14 @@ def main(argv=None) -> None:
 
     print(f"\n## Full update: batch {args.batch}, {args.size}x{args.size}x9, MLPs of "
           f"{args.hidden} (seconds)")
-    rows = update_times(args.size, args.batch, args.hidden, args.repeats, args.scan)
-    base = rows[0][2]
     print(f"{'formulation':<10} {'compile+1':>10} {'best':>8} {'median':>8} {'ratio':>6}   "
-          f"{'in scan: best':>13} {'median':>8} {'ratio':>6}")
-    for name, first, best, median, _, best_loop, median_loop in rows:
+          f"{'in scan: best':>13} {'median':>8} {'ratio':>6}", flush=True)
+    base = None
+    for name, first, best, median, _, best_loop, median_loop in update_times(
+            args.size, args.batch, args.hidden, args.repeats, args.scan):
+        base = base or best
         print(f"{name:<10} {first:>10.2f} {best:>8.3f} {median:>8.3f} {best / base:>6.2f}   "
-              f"{best_loop:>13.3f} {median_loop:>8.3f} {best_loop / base:>6.2f}")
+              f"{best_loop:>13.3f} {median_loop:>8.3f} {best_loop / base:>6.2f}", flush=True)
 
     print(f"\n## Autoencoder update alone: batch {args.batch}, {args.size}x{args.size}x9 "
           "(seconds)")
