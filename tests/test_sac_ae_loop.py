@@ -99,6 +99,6 @@ def test_episode_and_reconstruction_shapes(uninterrupted):
                                                          LOOP.num_frames)
     assert frames.shape == (ENV.episode_steps + 1, 16, 16, 3) and frames.dtype == jnp.uint8
     np.testing.assert_allclose(ret, rewards.sum(), rtol=1e-6)
-    obs = replays_obs = loops.replays.latest(state.replay, LOOP.num_frames)[None]
-    rec = loops.reconstruct(state.agent, replays_obs)
+    obs = loops.replays.latest(state.replay, LOOP.num_frames)[None]
+    rec = loops.reconstruct(state.agent, obs)
     assert rec.shape == obs.shape and rec.dtype == jnp.uint8

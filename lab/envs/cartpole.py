@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from lab.envs import render
 from lab.envs.rewards import tolerance
+from lab.envs.task import PixelTask
 
 _VIEW_CENTER = (0.0, 0.2)
 _VIEW_HALF_EXTENT = 2.2
@@ -53,7 +54,7 @@ class CartpoleState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class CartpoleSwingup:
+class CartpoleSwingup(PixelTask):
     """Cart-pole swing-up with ``(image_size, image_size, 3)`` uint8 frames as observations."""
 
     image_size: int = 84
@@ -74,40 +75,11 @@ class CartpoleSwingup:
     rail_limit: float = 1.8
     """The cart stops dead at ``|x| = rail_limit``."""
 
-    def __post_init__(self):
-        render.check_sizes(self.image_size, self.action_repeat, self.physics_steps)
-
-    @property
-    def episode_steps(self) -> int:
-        """Agent steps per episode."""
-        return self.physics_steps // self.action_repeat
-
-    @property
-    def action_size(self) -> int:
-        return 1
-
     def reset(self, key):
         """A new episode with the pole hanging down, all coordinates slightly perturbed."""
         x, x_dot, dtheta, theta_dot = 0.01 * jax.random.normal(key, (4,))
         state = CartpoleState(x, x_dot, jnp.pi + dtheta, theta_dot, jnp.zeros((), jnp.int32))
         return state, self.render(state)
-
-    def step(self, state: CartpoleState, action, key):
-        """``action_repeat`` physics steps with ``u = clip(action, -1, 1)`` (shape ``()`` or
-        ``(1,)``): ``(state, obs, reward, done)``; ``done`` once ``episode_steps`` are taken.
-        The dynamics are deterministic; ``key`` is accepted for a uniform interface.
-        """
-        del key
-        u = jnp.clip(jnp.reshape(action, ()).astype(jnp.float32), -1.0, 1.0)
-
-        def physics(carry, _):
-            carry = self.physics_step(*carry, u)
-            return carry, self.reward(*carry, u)
-
-        (x, x_dot, theta, theta_dot), rewards = jax.lax.scan(
-            physics, state[:4], length=self.action_repeat)
-        state = CartpoleState(x, x_dot, theta, theta_dot, state.t + 1)
-        return state, self.render(state), rewards.sum(), state.t >= self.episode_steps
 
     def accelerations(self, theta, theta_dot, force):
         """``(x'', theta'')`` from the Barto-Sutton equations (module docstring)."""

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 
 from lab.envs import render
 from lab.envs.rewards import tolerance
+from lab.envs.task import PixelTask
 
 _VIEW_HALF_EXTENT = 0.75
 _POLE_COLOR = (0.85, 0.55, 0.20)
@@ -46,7 +47,7 @@ class PendulumState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class PendulumSwingup:
+class PendulumSwingup(PixelTask):
     """Pendulum swing-up with ``(image_size, image_size, 3)`` uint8 frames as observations."""
 
     image_size: int = 84
@@ -67,40 +68,11 @@ class PendulumSwingup:
     sparse: bool = False
     """Use dm_control's sparse reward ``1[cos theta >= cos 30 deg]`` instead of the dense one."""
 
-    def __post_init__(self):
-        render.check_sizes(self.image_size, self.action_repeat, self.physics_steps)
-
-    @property
-    def episode_steps(self) -> int:
-        """Agent steps per episode."""
-        return self.physics_steps // self.action_repeat
-
-    @property
-    def action_size(self) -> int:
-        return 1
-
     def reset(self, key):
         """A new episode hanging down with small noise: ``(state, obs)``."""
         noise = 0.05 * jax.random.normal(key, (2,))
         state = PendulumState(jnp.pi + noise[0], noise[1], jnp.zeros((), jnp.int32))
         return state, self.render(state)
-
-    def step(self, state: PendulumState, action, key):
-        """``action_repeat`` physics steps with ``u = clip(action, -1, 1)`` (shape ``()`` or
-        ``(1,)``): ``(state, obs, reward, done)``; ``done`` once ``episode_steps`` are taken.
-        The dynamics are deterministic; ``key`` is accepted for a uniform interface.
-        """
-        del key
-        u = jnp.clip(jnp.reshape(action, ()).astype(jnp.float32), -1.0, 1.0)
-
-        def physics(carry, _):
-            theta, theta_dot = self.physics_step(*carry, u)
-            return (theta, theta_dot), self.reward(theta, theta_dot)
-
-        (theta, theta_dot), rewards = jax.lax.scan(
-            physics, (state.theta, state.theta_dot), length=self.action_repeat)
-        state = PendulumState(theta, theta_dot, state.t + 1)
-        return state, self.render(state), rewards.sum(), state.t >= self.episode_steps
 
     def physics_step(self, theta, theta_dot, u):
         """One semi-implicit Euler step of the pendulum under the torque ``max_torque * u``."""
@@ -115,8 +87,10 @@ class PendulumSwingup:
         return 0.5 * self.mass * (self.length * theta_dot) ** 2 + (
             self.mass * self.gravity * self.length * jnp.cos(theta))
 
-    def reward(self, theta, theta_dot):
-        """Reward of one physics step, in ``[0, 1]`` (see the module docstring)."""
+    def reward(self, theta, theta_dot, u=0.0):
+        """Reward of one physics step, in ``[0, 1]`` (see the module docstring); the control
+        ``u`` does not enter it."""
+        del u
         if self.sparse:
             return (jnp.cos(theta) >= math.cos(math.radians(30))).astype(jnp.float32)
         upright = (1.0 + jnp.cos(theta)) / 2.0

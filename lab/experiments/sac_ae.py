@@ -255,7 +255,7 @@ def evaluation_episode(setup: Setup, run: Run, seed: int = 0) -> tuple[float, np
     key = jax.random.key(10_000 + seed)
     if setup.is_dmc:
         with setup.make_env(seed + 2000) as env:
-            return loops._host_episode(env, run.state.agent, key, setup.loop.num_frames)
+            return loops.host_episode(env, run.state.agent, key, setup.loop.num_frames)
     total, frames, _ = eqx.filter_jit(loops.episode)(setup.make_env(), run.state.agent, key,
                                                      setup.loop.num_frames)
     return float(total), np.asarray(frames)

@@ -129,7 +129,9 @@ def latest(replay: Replay, num_frames: int) -> jax.Array:
 
 
 class Transitions(NamedTuple):
-    """A sampled batch; ``obs``/``next_obs`` are uint8 ``(B, H, W, 3 * num_frames)``."""
+    """A batch of transitions (``lab.train.sac_ae.Batch``): ``obs``/``next_obs`` uint8
+    ``(B, H, W, 3 * num_frames)``; ``action`` ``(B, A)`` in [-1, 1]; ``reward`` and
+    ``not_done`` ``(B,)``."""
 
     obs: jax.Array
     action: jax.Array

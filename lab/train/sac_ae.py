@@ -39,6 +39,7 @@ from lab.models.sac_ae import (
     orthogonal_init,
     tanh_gaussian_sample,
 )
+from lab.train.replay import Transitions as Batch  # what the replay buffer samples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,17 +129,6 @@ class SACAEConfig:
     def entropy_target(self, action_dim: int) -> float:
         """``target_entropy``, or ``-action_dim`` when it is None."""
         return -float(action_dim) if self.target_entropy is None else self.target_entropy
-
-
-class Batch(NamedTuple):
-    """Replay transitions. ``obs``/``next_obs``: uint8 ``(B, H, W, C)``; ``action``:
-    ``(B, A)`` in [-1, 1]; ``reward`` and ``not_done``: ``(B,)``."""
-
-    obs: jax.Array
-    action: jax.Array
-    reward: jax.Array
-    next_obs: jax.Array
-    not_done: jax.Array
 
 
 class AgentState(eqx.Module):
@@ -417,6 +407,11 @@ def update_decoder(config: SACAEConfig, state: AgentState, batch: Batch,
 
 def _nan_like(aux_type):
     return aux_type(*(jnp.full((), jnp.nan, jnp.float32) for _ in aux_type._fields))
+
+
+def no_metrics() -> "SACAEMetrics":
+    """The metrics of a step with no update: all NaN."""
+    return SACAEMetrics(_nan_like(CriticAux), _nan_like(ActorAux), _nan_like(DecoderAux))
 
 
 def update(config: SACAEConfig, state: AgentState,

@@ -116,10 +116,6 @@ def init(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig,
                       jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32))
 
 
-def _to_batch(t: replays.Transitions) -> sac_ae.Batch:
-    return sac_ae.Batch(t.obs, t.action, t.reward, t.next_obs, t.not_done)
-
-
 def _updates(agent_config, loop, agent, replay, step, key):
     """The updates made at ``step`` (none before ``init_steps``); returns the last metrics."""
     count = jnp.where(step < loop.init_steps, 0,
@@ -129,12 +125,9 @@ def _updates(agent_config, loop, agent, replay, step, key):
         agent, _ = carry
         batch = replays.sample(replay, jax.random.fold_in(key, i), agent_config.batch_size,
                                loop.num_frames)
-        return sac_ae.update(agent_config, agent, _to_batch(batch))
+        return sac_ae.update(agent_config, agent, batch)
 
-    empty = sac_ae.SACAEMetrics(sac_ae._nan_like(sac_ae.CriticAux),
-                                sac_ae._nan_like(sac_ae.ActorAux),
-                                sac_ae._nan_like(sac_ae.DecoderAux))
-    return jax.lax.fori_loop(0, count, one, (agent, empty))
+    return jax.lax.fori_loop(0, count, one, (agent, sac_ae.no_metrics()))
 
 
 def train_step(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig,
@@ -228,10 +221,6 @@ class History:
         """What a checkpoint keeps of the history."""
         return self.eval_returns, self.logs
 
-    def set_arrays(self, arrays) -> None:
-        self.eval_returns = np.array(arrays[0])
-        self.logs = StepLog(*(np.array(x) for x in arrays[1]))
-
 
 def _empty_history(loop: LoopConfig) -> History:
     evals = loop.steps // loop.eval_every + 1
@@ -244,6 +233,19 @@ def _header(env, agent_config, loop, key) -> dict:
     return {"env": repr(env), "agent": dataclasses.asdict(agent_config),
             "loop": dataclasses.asdict(loop),
             "key": np.asarray(jax.random.key_data(key)).tolist()}
+
+
+def _resume(checkpoint, state: TrainState, history: History, header: dict):
+    """``(state, chunks done)`` from ``checkpoint``, filling ``history`` in place; None
+    without a checkpoint to resume."""
+    resumed = checkpoints.resume(checkpoint, (state, history.arrays()), **header)
+    if resumed is None:
+        return None
+    (state, (eval_returns, logs)), info = resumed
+    history.eval_returns = np.array(eval_returns)
+    history.logs = StepLog(*(np.array(x) for x in logs))
+    history.seconds = info.get("seconds", 0.0)
+    return state, info["done"]
 
 
 def train(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig, key: jax.Array, *,
@@ -261,12 +263,9 @@ def train(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig, key: jax.Arra
     header = _header(env, agent_config, loop, key)
     eval_key = jax.random.fold_in(key, 1)
     done = 0  # chunks finished
-    resumed = checkpoints.resume(checkpoint, (state, history.arrays()), **header)
+    resumed = _resume(checkpoint, state, history, header)
     if resumed is not None:
-        (state, arrays), info = resumed
-        history.set_arrays(arrays)
-        history.seconds = info.get("seconds", 0.0)
-        done = info["done"]
+        state, done = resumed
     else:
         history.eval_returns[0] = np.asarray(evaluate(
             env, state.agent, jax.random.fold_in(eval_key, 0), loop.eval_episodes,
@@ -330,7 +329,7 @@ def _host_update(replay, agent, step, key, agent_config, loop):
 _act = eqx.filter_jit(sac_ae.act)
 
 
-def _host_episode(env, agent, key, num_frames: int) -> tuple[float, np.ndarray]:
+def host_episode(env, agent, key, num_frames: int) -> tuple[float, np.ndarray]:
     """One deterministic episode on a host environment: ``(return, frames)``."""
     frame = env.reset()
     stack = jnp.tile(jnp.asarray(frame), (1, 1, num_frames))
@@ -369,18 +368,15 @@ def train_host(env, eval_env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig
     def evaluate_now(chunk):
         eval_env.seed(10_000 * seed + chunk + 5_000)
         k = jax.random.fold_in(jax.random.fold_in(key, 1), chunk)
-        returns = [_host_episode(eval_env, state.agent, k, loop.num_frames)[0]
+        returns = [host_episode(eval_env, state.agent, k, loop.num_frames)[0]
                    for _ in range(loop.eval_episodes)]
         history.eval_returns[chunk] = returns
         if on_eval is not None:
             on_eval(chunk * loop.eval_every, history.eval_returns[chunk])
 
-    resumed = checkpoints.resume(checkpoint, (state, history.arrays()), **header)
+    resumed = _resume(checkpoint, state, history, header)
     if resumed is not None:
-        (state, arrays), info = resumed
-        history.set_arrays(arrays)
-        history.seconds = info.get("seconds", 0.0)
-        done_chunks = info["done"]
+        state, done_chunks = resumed
     else:
         evaluate_now(0)
     chunks, ran = loop.steps // loop.eval_every, 0
