@@ -122,7 +122,7 @@ def _time_formulation(config, key, data, size: int, repeats: int, scan: int):
     top = eqx.filter_jit(lambda s, b: sac_ae.update(config, s, b)[0])
     # step 0 runs every sub-update; inside the scan the step counter is put back to 0
     looped = eqx.filter_jit(lambda s, b: jax.lax.scan(
-        lambda s, _: (dataclass_step0(sac_ae.update(config, s, b)[0]), None), s,
+        lambda s, _: (at_step0(sac_ae.update(config, s, b)[0]), None), s,
         length=scan)[0])
     first, best, median = timed(lambda: top(state, data), repeats)
     first_loop, best_loop, median_loop = timed(lambda: looped(state, data), repeats)
@@ -187,7 +187,7 @@ def torch_reconstruction_times(size: int, batch: int, repeats: int):
     return timed(step, repeats)
 
 
-def dataclass_step0(state):
+def at_step0(state):
     """The agent with its step counter back at 0, so every update in a scan is a full one."""
     return eqx.tree_at(lambda s: s.step, state, jnp.zeros((), jnp.int32))
 

@@ -70,8 +70,7 @@ def test_valid_counts_exclude_terminal_and_overwritten_history():
 
 def test_memory_is_at_least_5x_below_the_reference():
     capacity = 1000
-    shapes = jax.eval_shape(lambda: replays.init(capacity, (84, 84, 3), 6))
-    per_transition = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes)) / capacity
+    per_transition = replays.nbytes(replays.init(capacity, (84, 84, 3), 6)) / capacity
     reference = 2 * 9 * 84 * 84 + 4 * (6 + 2)  # obs + next_obs uint8, action/reward/not_done
     assert reference / per_transition >= 5.0, (reference, per_transition)
 

@@ -264,9 +264,7 @@ def evaluation_episode(setup: Setup, run: Run, seed: int = 0) -> tuple[float, np
 def observations(frames: np.ndarray, times: list[int], num_frames: int) -> np.ndarray:
     """The stacked observations ``(len(times), H, W, 3 num_frames)`` the agent saw at
     ``times`` of an episode's ``frames`` (the first frame repeated at the start)."""
-    stacks = [np.concatenate([frames[max(t - k, 0)] for k in range(num_frames - 1, -1, -1)],
-                             axis=-1) for t in times]
-    return np.stack(stacks)
+    return np.stack([np.asarray(envs.stack_frames(frames, t, 0, num_frames)) for t in times])
 
 
 def reconstructions(run: Run, obs: np.ndarray) -> np.ndarray:
