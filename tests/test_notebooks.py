@@ -23,6 +23,9 @@ SMOKE = {
     "03_sac_ae": {"image_size": 16, "action_repeat": 50, "steps": 40, "init_steps": 20,
                   "eval_every": 20, "eval_episodes": 1, "seeds": 1, "batch_size": 4,
                   "hidden_dim": 16, "num_filters": 4},
+    "04_policy_improvement": {"agent": "search", "depth": 1, "branching": 3, "model": "true",
+                              "compare": False, "seeds": 2, "total_steps": 200,
+                              "eval_every": 100, "widths": 8, "batch_size": 8},
 }
 # Metrics each notebook must record.
 HEADLINE = {
@@ -34,6 +37,8 @@ HEADLINE = {
                 "gradient_alignment", "backprop_mean_gap", "backprop_imitation_w"},
     "03_sac_ae": {"claim_learns_above_threshold", "claim_beats_pixel_sac", "threshold",
                   "random_return", "sac_ae_final_return", "pixel_sac_final_return"},
+    "04_policy_improvement": {"threshold", "search_d1_true_final_return",
+                              "search_d1_true_steps_to_threshold", "search_d1_true_kl_mean"},
 }
 
 
@@ -137,6 +142,27 @@ def test_sac_ae_bad_values_fail_before_any_kernel_starts(tmp_path, params, messa
 
     out = tmp_path / "reports"
     assert main(["run", str(ROOT / "notebooks/03_sac_ae.ipynb"), *params, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("params, message", [
+    (["-p", "env", "CartPole-v1"], "CartPole-v1 has a Discrete action space"),
+    (["-p", "env", "Acrobot"], "unknown gymnax environment 'Acrobot'"),
+    (["-p", "depth", "-1"], "depth must be >= 0"),
+    (["-p", "agent", "sarsa"], "agent must be one of mpo, vmpo, search"),
+    (["-p", "agent", "search", "-p", "model", "none"], "agent 'search' needs model"),
+    (["-p", "total_steps", "1200"], "total_steps (1200) must be a multiple of eval_every"),
+    (["-p", "env", "dmc:cartpole_swingup", "-p", "compare", "False"], "MuJoCo cannot"),
+])
+def test_policy_improvement_bad_values_fail_before_any_kernel_starts(tmp_path, params, message,
+                                                                     capsys):
+    from lab.experiments.cli import main
+
+    out = tmp_path / "reports"
+    nb = str(ROOT / "notebooks/04_policy_improvement.ipynb")
+    assert main(["run", nb, *params, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not out.exists()

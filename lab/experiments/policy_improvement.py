@@ -1,0 +1,353 @@
+"""KL-regularised policy improvement (MPO, V-MPO, local search): presets, runs, verdicts.
+
+The notebook ``04_policy_improvement`` trains one chosen agent and, with ``compare``, the
+variants the four claims need, each over ``seeds`` seeds run together with ``jax.vmap``:
+
+1. MPO solves Pendulum: the mean evaluation return at the end is >= -200;
+2. search during learning with the true model reaches -200 in fewer environment steps than
+   depth 0 (MPO);
+3. more updates per environment step make model-free MPO more data-efficient (it reaches the
+   threshold in fewer environment steps);
+4. V-MPO learns Pendulum without an entropy bonus (reaches the threshold), its realised KLs
+   tracking their bounds.
+
+"Reaches the threshold at step t" means the mean over seeds of the evaluation return is at or
+above it at the evaluation after t environment steps (per seed too, in ``metrics.json``).
+"""
+
+import inspect
+from dataclasses import dataclass, replace
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lab.envs.control import ControlTask
+from lab.models.policy import sample_actions
+from lab.rl import mpo as mpo_losses
+from lab.train import mpo, vmpo
+from lab.train.rl_loop import History
+
+DMC_PREFIX = "dmc:"
+THRESHOLDS = {"Pendulum-v1": -200.0, "MountainCarContinuous-v0": 90.0,
+              "dmc:cartpole_swingup": 800.0}
+"""The return at which a task counts as solved."""
+AGENTS = ("mpo", "vmpo", "search")
+
+# A preset's values replace the notebook's. ``claim`` measures the four claims (see the
+# notebook for its running time); ``dmc_cartpole`` is the standard benchmark from states.
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "claim": dict(env="Pendulum-v1", agent="search", depth=1, branching=20, model="true",
+                  search_in="learning", updates_per_step=1, more_updates=4, compare=True,
+                  seeds=5, total_steps=20_000, eval_every=1000, vmpo_steps=1_024_000),
+    "dmc_cartpole": dict(env="dmc:cartpole_swingup", agent="mpo", depth=0, model="none",
+                         compare=False, seeds=1, total_steps=100_000, eval_every=5000,
+                         widths=256, batch_size=256),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    kind: str
+    """``"mpo"`` (MPO or search, ``lab.train.mpo``) or ``"vmpo"`` (``lab.train.vmpo``)."""
+    config: Any
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything one run of the notebook needs, validated."""
+
+    env: str
+    agent: str
+    seeds: int
+    variants: tuple[Variant, ...]
+    focus: str
+    """The name of the chosen agent's variant (shown in detail)."""
+
+    @property
+    def is_dmc(self) -> bool:
+        return self.env.startswith(DMC_PREFIX)
+
+    @property
+    def threshold(self) -> float:
+        return THRESHOLDS[self.env]
+
+    def make_task(self) -> ControlTask:
+        return ControlTask(self.env)
+
+    def variant(self, name: str) -> Variant:
+        return next(v for v in self.variants if v.name == name)
+
+
+def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, model: str,
+              search_in: str, updates_per_step: int, more_updates: int, compare: bool,
+              seeds: int, total_steps: int, eval_every: int, vmpo_steps: int, widths: int,
+              batch_size: int) -> Setup:
+    """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
+    The runner calls this before it starts a kernel (the notebook's metadata names it)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = dict(env=env, agent=agent, depth=depth, branching=branching, model=model,
+             search_in=search_in, updates_per_step=updates_per_step,
+             more_updates=more_updates, compare=compare, seeds=seeds,
+             total_steps=total_steps, eval_every=eval_every, vmpo_steps=vmpo_steps,
+             widths=widths, batch_size=batch_size) | PRESETS[preset]
+    if not p["env"].startswith(DMC_PREFIX):
+        ControlTask(p["env"])  # refuses unknown ids and discrete action spaces
+    if p["env"] not in THRESHOLDS:
+        raise ValueError(f"no solved threshold is known for env {p['env']!r}; choose one of "
+                         f"{', '.join(THRESHOLDS)}")
+    if p["agent"] not in AGENTS:
+        raise ValueError(f"agent must be one of {', '.join(AGENTS)}, got {p['agent']!r}")
+    if p["seeds"] < 1:
+        raise ValueError(f"seeds must be at least 1, got {p['seeds']}")
+    if p["widths"] < 1:
+        raise ValueError(f"widths must be at least 1, got {p['widths']}")
+    if p["agent"] == "search" and p["model"] == "none":
+        raise ValueError("agent 'search' needs model 'true' or 'learned' (model 'none' is "
+                         "agent 'mpo')")
+    if p["agent"] == "mpo" and (p["depth"] != 0 or p["model"] != "none"):
+        p = p | dict(depth=0, model="none")  # MPO ignores the search parameters
+    if p["env"].startswith(DMC_PREFIX):
+        if p["agent"] == "vmpo" or p["compare"]:
+            raise ValueError("V-MPO and the comparison need vectorised JAX environments; on "
+                             "dmc:* run agent 'mpo' or 'search' with compare False")
+        if p["model"] == "true":
+            raise ValueError("a search with the true model copies the environment's state, "
+                             "which MuJoCo cannot do inside jit: use model 'learned' on dmc:*")
+
+    width = (p["widths"], p["widths"])
+    common = dict(widths=width, batch_size=p["batch_size"], total_steps=p["total_steps"],
+                  eval_every=p["eval_every"],
+                  learning_starts=max(p["batch_size"], min(1000, p["total_steps"] // 4)))
+    mpo_base = mpo.MPOConfig(**common, updates_per_step=p["updates_per_step"])
+    searched = replace(mpo_base, depth=p["depth"], num_samples=p["branching"],
+                       model=p["model"] if p["model"] != "none" else "true",
+                       search_in=p["search_in"])
+    more = replace(mpo_base, updates_per_step=p["more_updates"])
+    vmpo_config = None
+    if p["agent"] == "vmpo" or p["compare"]:
+        vmpo_config = vmpo.VMPOConfig(widths=width, total_steps=p["vmpo_steps"],
+                                      eval_every=_vmpo_eval_every(p["vmpo_steps"]))
+    named = {
+        "mpo": Variant("mpo", "mpo", mpo_base),
+        f"mpo_x{p['more_updates']}": Variant(f"mpo_x{p['more_updates']}", "mpo", more),
+        f"search_d{p['depth']}_{searched.model}": Variant(
+            f"search_d{p['depth']}_{searched.model}", "mpo", searched),
+        "vmpo": Variant("vmpo", "vmpo", vmpo_config),
+    }
+    focus = {"mpo": "mpo", "vmpo": "vmpo",
+             "search": f"search_d{p['depth']}_{searched.model}"}[p["agent"]]
+    if p["compare"]:
+        if p["more_updates"] <= p["updates_per_step"]:
+            raise ValueError(f"more_updates ({p['more_updates']}) must exceed "
+                             f"updates_per_step ({p['updates_per_step']}) for claim 3")
+        chosen = [focus] + [n for n in named if n != focus]
+    else:
+        chosen = [focus]
+    return Setup(p["env"], p["agent"], p["seeds"], tuple(named[n] for n in chosen), focus)
+
+
+def _vmpo_eval_every(total_steps: int) -> int:
+    """About 20 evaluations, each after a whole number of V-MPO's rollout batches."""
+    batch = vmpo.VMPOConfig().batch_size
+    every = batch * max(1, total_steps // (20 * batch))
+    if total_steps % every:
+        raise ValueError(f"vmpo_steps ({total_steps}) must be a multiple of {every} (V-MPO "
+                         f"evaluates every {every} steps, {batch} per rollout): use e.g. "
+                         f"{total_steps // every * every}")
+    return every
+
+
+PARAMETERS = tuple(inspect.signature(configure).parameters)
+
+
+@dataclass
+class Result:
+    variant: Variant
+    run: Any
+    """The final run state, batched over seeds."""
+    history: History
+
+
+def train(setup: Setup, variant: Variant, callback=None) -> Result:
+    """Train all seeds of one variant together (vmapped)."""
+    keys = jax.random.split(jax.random.key(0), setup.seeds)
+    if setup.is_dmc:
+        from lab.train import mpo_host
+        run, history = mpo_host.train_seeds(variant.config, setup.env[len(DMC_PREFIX):],
+                                            keys, callback=callback)
+    elif variant.kind == "vmpo":
+        run, history = vmpo.train(variant.config, setup.make_task(), keys, callback=callback)
+    else:
+        run, history = mpo.train(variant.config, setup.make_task(), keys, callback=callback)
+    return Result(variant, run, history)
+
+
+def steps_to_threshold(env_steps: np.ndarray, returns: np.ndarray, threshold: float
+                       ) -> float:
+    """The first evaluation's environment steps at which ``returns`` (a curve) is at or above
+    ``threshold``; ``inf`` if never."""
+    hit = np.flatnonzero(returns >= threshold)
+    return float(env_steps[hit[0]]) if hit.size else float("inf")
+
+
+def _finite(x: float) -> float | None:
+    return x if np.isfinite(x) else None  # JSON has no infinity
+
+
+def verdict(setup: Setup, results: list[Result]) -> dict[str, Any]:
+    """The claims' numbers from finished runs (every figure measured, none assumed)."""
+    threshold = setup.threshold
+    m: dict[str, Any] = {"env": setup.env, "seeds": setup.seeds, "threshold": threshold,
+                         "variants": [r.variant.name for r in results]}
+    for r in results:
+        h, name = r.history, r.variant.name
+        curve = h.mean_returns
+        m[f"{name}_env_steps"] = int(h.env_steps[-1])
+        m[f"{name}_final_return"] = float(curve[-1])
+        m[f"{name}_final_returns"] = [float(x) for x in h.returns[:, -1]]
+        m[f"{name}_initial_return"] = float(curve[0])
+        m[f"{name}_steps_to_threshold"] = _finite(steps_to_threshold(h.env_steps, curve,
+                                                                     threshold))
+        m[f"{name}_seed_steps_to_threshold"] = [
+            _finite(steps_to_threshold(h.env_steps, c, threshold)) for c in h.returns]
+        m[f"{name}_train_seconds"] = float(h.seconds[-1])
+        m[f"{name}_compile_seconds"] = float(h.compile_seconds)
+        half = slice(h.metrics["kl_mean"].shape[1] // 2, None)
+        for kl, eps in (("kl_mean", "epsilon_mean"), ("kl_stddev", "epsilon_stddev")):
+            realised = float(np.nanmean(h.metrics[kl][:, half]))
+            m[f"{name}_{kl}"] = realised
+            m[f"{name}_{kl}_over_epsilon"] = realised / getattr(r.variant.config, eps)
+    by = {r.variant.name: r for r in results}
+
+    def sooner(a: str, b: str) -> bool:
+        """``a`` reached the threshold and did so in fewer environment steps than ``b``."""
+        sa, sb = m[f"{a}_steps_to_threshold"], m[f"{b}_steps_to_threshold"]
+        return sa is not None and (sb is None or sa < sb)
+
+    if "mpo" in by:
+        m["claim1_mpo_solves"] = bool(m["mpo_final_return"] >= threshold)
+    searches = [n for n, r in by.items() if n.startswith("search") and r.variant.config.model
+                == "true" and r.variant.config.search_learning and r.variant.config.depth > 0]
+    if "mpo" in by and searches:
+        m["claim2_search_variant"] = searches[0]
+        m["claim2_search_sooner"] = sooner(searches[0], "mpo")
+    more = [n for n in by if n.startswith("mpo_x")]
+    if "mpo" in by and more:
+        m["claim3_variant"] = more[0]
+        m["claim3_more_updates_sooner"] = sooner(more[0], "mpo")
+    if "vmpo" in by:
+        m["claim4_vmpo_learns"] = bool(m["vmpo_final_return"] >= threshold)
+        m["claim4_kls_track"] = bool(all(0.5 <= m[f"vmpo_{kl}_over_epsilon"] <= 2.0
+                                         for kl in ("kl_mean", "kl_stddev")))
+    return m
+
+
+def describe(m: dict[str, Any]) -> str:
+    """The conclusions as Markdown, every number from ``m``."""
+    def steps(name):
+        s = m[f"{name}_steps_to_threshold"]
+        return "never" if s is None else f"at {s:,.0f} steps"
+
+    def final(name):
+        return (f"{m[f'{name}_final_return']:.1f} after {m[f'{name}_env_steps']:,} steps "
+                f"(seeds: {', '.join(f'{x:.0f}' for x in m[f'{name}_final_returns'])})")
+
+    def held(flag):
+        return "holds" if m[flag] else "does not hold"
+
+    lines = [f"**Set-up.** `{m['env']}`, {m['seeds']} seeds trained together with vmap; "
+             f"threshold {m['threshold']:.0f} (mean evaluation return over seeds).", ""]
+    if "claim1_mpo_solves" in m:
+        lines += [f"- **Claim 1, MPO solves the task: {held('claim1_mpo_solves')}.** Final "
+                  f"return {final('mpo')}; reached the threshold {steps('mpo')}.", ""]
+    if "claim2_search_sooner" in m:
+        s = m["claim2_search_variant"]
+        lines += [f"- **Claim 2, search in learning with the true model needs fewer "
+                  f"environment steps than depth 0: {held('claim2_search_sooner')}.** `{s}` "
+                  f"reached the threshold {steps(s)}, MPO {steps('mpo')}. `{s}` final "
+                  f"{final(s)}; wall-clock {m[f'{s}_train_seconds']:.0f} s against MPO's "
+                  f"{m['mpo_train_seconds']:.0f} s.", ""]
+    if "claim3_more_updates_sooner" in m:
+        s = m["claim3_variant"]
+        lines += [f"- **Claim 3, more updates per environment step are more data-efficient: "
+                  f"{held('claim3_more_updates_sooner')}.** `{s}` reached the threshold "
+                  f"{steps(s)}, MPO with fewer updates {steps('mpo')}. `{s}` final {final(s)}; "
+                  f"wall-clock {m[f'{s}_train_seconds']:.0f} s.", ""]
+    if "claim4_vmpo_learns" in m:
+        lines += [f"- **Claim 4, V-MPO learns without an entropy bonus: "
+                  f"{held('claim4_vmpo_learns')}; its KLs track their bounds: "
+                  f"{held('claim4_kls_track')}.** Final return {final('vmpo')}, from "
+                  f"{m['vmpo_initial_return']:.1f}; reached the threshold {steps('vmpo')}. "
+                  f"Realised KLs over the second half of training: mean "
+                  f"{m['vmpo_kl_mean']:.2e} ({m['vmpo_kl_mean_over_epsilon']:.2f} x its "
+                  f"epsilon), stddev {m['vmpo_kl_stddev']:.2e} "
+                  f"({m['vmpo_kl_stddev_over_epsilon']:.2f} x).", ""]
+    return "\n".join(lines)
+
+
+def seed_run(result: Result, seed: int = 0) -> Any:
+    """One seed's final run state out of the vmapped batch."""
+    return jax.tree.map(lambda x: x[seed] if eqx.is_array(x) else x, result.run)
+
+
+def episode_states(setup: Setup, result: Result, seed: int = 0, episode_key: int = 7
+                   ) -> tuple[Any, np.ndarray]:
+    """The environment states and observations ``(T, O)`` of one deterministic episode of a
+    trained agent (for the improved-policy viewer)."""
+    task = setup.make_task()
+    run = seed_run(result, seed)
+    policy = run.agent.policy
+
+    def step(carry, k):
+        state, obs = carry
+        mean, _ = policy(obs)
+        state, obs_next, *_ = task.step(state, jnp.clip(mean, -1, 1), k)
+        return (state, obs_next), (state, obs)
+
+    state, obs = task.reset(jax.random.key(episode_key))
+    keys = jax.random.split(jax.random.key(episode_key + 1), task.episode_steps)
+    _, (states, observations) = jax.jit(lambda s, o: jax.lax.scan(step, (s, o), keys))(
+        state, obs)
+    # the state *before* each step: shift by one
+    states = jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest[:-1]]),
+                          state, states)
+    return states, np.asarray(observations)
+
+
+def improved_policy(setup: Setup, result: Result, states: Any, t: int, seed: int = 0,
+                    key: int = 0) -> dict[str, np.ndarray]:
+    """At step ``t`` of an episode: ``N`` actions sampled from pi, their values (the critic,
+    or the search's ``Q_hat`` for a search agent), the weights of the improved policy
+    ``q = softmax(Q / eta)``, and pi's mean and standard deviation."""
+    run = seed_run(result, seed)
+    agent = run.agent
+    state = jax.tree.map(lambda x: x[t], states)
+    task = setup.make_task()
+    obs = task.observe(state)
+    config = result.variant.config
+    k = jax.random.key(key)
+    eta = mpo_losses.dual(agent.duals.temperature)
+    if result.variant.kind == "mpo" and config.searches:
+        root = state if config.model == "true" else obs
+        actions, q = mpo.search_targets(config, task, agent.policy, agent.critic, agent.model,
+                                        eta, root, k)
+    elif result.variant.kind == "mpo":
+        actions, q = mpo.mpo_targets(config, agent.policy, agent.critic, obs, k)
+    else:  # V-MPO has no Q: value sampled actions by one true step and its learned V
+        actions = sample_actions(agent.policy, obs, k, 20)
+
+        def one_step(a):
+            _, next_obs, reward, terminated, _ = task.step(state, a, k)
+            return reward + config.discount * (1.0 - terminated) * agent.value(next_obs)
+        q = jax.vmap(one_step)(actions)
+    mean, stddev = agent.policy(obs)
+    weights = jax.nn.softmax(q / eta)
+    return {"actions": np.asarray(actions), "values": np.asarray(q),
+            "weights": np.asarray(weights), "mean": np.asarray(mean),
+            "stddev": np.asarray(stddev), "temperature": float(eta)}
