@@ -4,9 +4,10 @@ An agent provides three pure functions of one seed's run state: ``init(key) -> r
 ``interval(run, first_step) -> (run, metrics)`` (the environment steps and updates between
 two evaluations, one ``lax.scan``; ``first_step`` is the environment step the interval starts
 at, the same for all seeds and not vmapped, so a ``lax.cond`` on it really skips a branch)
-and ``evaluate(run) -> (run, mean_return)``. ``run_seeds`` vmaps them over seeds, compiles them once (the compile time is reported apart), calls them
-from Python once per interval, and times each call, so returns can be plotted against
-environment steps and against wall-clock seconds. A ``callback(history)`` after each
+and ``evaluate(run) -> (run, mean_return)``. ``run_seeds`` vmaps them over seeds, compiles
+them once (the compile time is reported apart), calls them from Python once per interval, and
+times each call, so returns can be plotted against environment steps and against wall-clock
+seconds. A ``callback(history)`` after each
 evaluation can draw live plots or stop the run by returning ``False``.
 """
 
