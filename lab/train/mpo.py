@@ -63,8 +63,9 @@ class MPOConfig:
     init_alpha_stddev: float = 10.0
     init_stddev: float = 0.7
     """The fresh policy's standard deviation."""
-    policy_lr: float = 1e-4
-    critic_lr: float = 1e-4
+    policy_lr: float = 3e-4
+    """Adam learning rate of the policy (Acme: 1e-4; 3e-4 learns Pendulum in fewer steps)."""
+    critic_lr: float = 3e-4
     dual_lr: float = 1e-2
     model_lr: float = 1e-3
     discount: float = 0.99
