@@ -201,8 +201,8 @@ def test_search_depth_one_returns_analytic_backup():
     eta, gamma, s = 0.7, 0.9, jnp.array([0.3])
 
     actions, q_hat = search(
-        s, jax.random.key(0), depth=1, temperature=jnp.asarray(eta), gamma=gamma,
-        sample=lambda obs, k: grid,
+        s, jax.random.key(0), depth=1, num_actions=3, branching=3,
+        temperature=jnp.asarray(eta), gamma=gamma, sample=lambda obs, k, n: grid[:n],
         critic=lambda obs, a: -jnp.sum((obs + a) ** 2, axis=-1),
         model=lambda st, a, k: (st + a, -jnp.sum((st + a) ** 2), jnp.ones(())),
         observe=lambda st: st)
@@ -237,8 +237,8 @@ def test_search_copies_of_environment_state_match_stepping_the_original():
         return st, r, 1.0 - terminated.astype(jnp.float32)
 
     _, q_hat = jax.jit(lambda st: search(
-        st, jax.random.key(2), depth=1, temperature=jnp.asarray(1.0), gamma=0.9,
-        sample=lambda obs, k: grid,
+        st, jax.random.key(2), depth=1, num_actions=4, branching=2,
+        temperature=jnp.asarray(1.0), gamma=0.9, sample=lambda obs, k, n: grid[:n],
         critic=lambda obs, a: jnp.full((a.shape[0],), obs[0]),
         model=model, observe=task.observe))(state)
     for j, a in enumerate(grid):

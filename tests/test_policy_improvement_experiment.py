@@ -6,7 +6,7 @@ import pytest
 from lab.experiments import policy_improvement as pi
 from lab.train.rl_loop import History
 
-PARAMS = dict(preset="default", env="Pendulum-v1", agent="search", depth=1, branching=20,
+PARAMS = dict(preset="default", env="Pendulum-v1", agent="search", depth=1, branching=4,
               model="true", search_in="learning", updates_per_step=1, more_updates=4,
               compare=True, seeds=5, total_steps=3000, eval_every=500, vmpo_steps=1_024_000,
               widths=64, batch_size=128)
@@ -18,7 +18,7 @@ def test_configure_compare_runs_the_claims_variants():
     assert names == ["search_d1_true", "mpo", "mpo_x4", "vmpo"]
     assert setup.focus == "search_d1_true"
     search = setup.variant("search_d1_true").config
-    assert (search.depth, search.model, search.num_samples) == (1, "true", 20)
+    assert (search.depth, search.model, search.num_samples, search.branching) == (1, "true", 20, 4)
     assert setup.variant("mpo").config.depth == 0
     assert setup.variant("mpo_x4").config.updates_per_step == 4
     alone = pi.configure(**PARAMS | dict(agent="mpo", compare=False))

@@ -11,9 +11,14 @@ stacked here; see ``lab.envs.frames``.
 ``lab.envs.dmc`` has the DeepMind Control Suite through dm_control (the ``dmc`` extra) with the
 same observations, stepped on the host in numpy: ``make_dmc("cheetah_run", image_size=84)``.
 dm_control is imported only when such an environment is made.
+
+``lab.envs.control.ControlTask`` wraps gymnax's continuous-control tasks (Pendulum-v1,
+MountainCarContinuous-v0) from states, with actions in ``[-1, 1]``, for the policy-improvement
+agents; gymnax is imported only when one is made.
 """
 
 from lab.envs.cartpole import CartpoleState, CartpoleSwingup
+from lab.envs.control import CONTROL_TASKS, ControlTask
 from lab.envs.dmc import DMC_TASKS, DMCEnv, make_dmc  # imports dm_control only when used
 from lab.envs.frames import frame_stack_indices, stack_frames
 from lab.envs.pendulum import PendulumState, PendulumSwingup
@@ -23,11 +28,13 @@ from lab.envs.rewards import tolerance
 from lab.envs.rollout import random_episode_return
 
 __all__ = [
+    "CONTROL_TASKS",
     "DMC_TASKS",
     "ENVS",
     "MIN_IMAGE_SIZE",
     "CartpoleState",
     "CartpoleSwingup",
+    "ControlTask",
     "DMCEnv",
     "PendulumState",
     "PendulumSwingup",

@@ -40,7 +40,7 @@ AGENTS = ("mpo", "vmpo", "search")
 # notebook for its running time); ``dmc_cartpole`` is the standard benchmark from states.
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
-    "claim": dict(env="Pendulum-v1", agent="search", depth=1, branching=20, model="true",
+    "claim": dict(env="Pendulum-v1", agent="search", depth=1, branching=4, model="true",
                   search_in="learning", updates_per_step=1, more_updates=4, compare=True,
                   seeds=5, total_steps=20_000, eval_every=1000, vmpo_steps=1_024_000),
     "dmc_cartpole": dict(env="dmc:cartpole_swingup", agent="mpo", depth=0, model="none",
@@ -125,7 +125,7 @@ def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, 
                   eval_every=p["eval_every"],
                   learning_starts=max(p["batch_size"], min(1000, p["total_steps"] // 4)))
     mpo_base = mpo.MPOConfig(**common, updates_per_step=p["updates_per_step"])
-    searched = replace(mpo_base, depth=p["depth"], num_samples=p["branching"],
+    searched = replace(mpo_base, depth=p["depth"], branching=p["branching"],
                        model=p["model"] if p["model"] != "none" else "true",
                        search_in=p["search_in"])
     more = replace(mpo_base, updates_per_step=p["more_updates"])

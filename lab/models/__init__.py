@@ -2,6 +2,7 @@
 
 from lab.models.feedforward import convnet, mlp
 from lab.models.meta_rnn import MetaRNN
+from lab.models.policy import DynamicsModel, GaussianPolicy, QCritic, ValueCritic
 from lab.models.sac_ae import Actor, ConvTrunk, Critic, Decoder, Encoder, EncoderHead
 from lab.models.vsml import VSMLCell, VSMLNetwork, VSMLState, online_loss
 
@@ -10,12 +11,16 @@ __all__ = [
     "ConvTrunk",
     "Critic",
     "Decoder",
+    "DynamicsModel",
     "Encoder",
     "EncoderHead",
+    "GaussianPolicy",
     "MetaRNN",
+    "QCritic",
     "VSMLCell",
     "VSMLNetwork",
     "VSMLState",
+    "ValueCritic",
     "convnet",
     "mlp",
     "online_loss",

@@ -48,8 +48,10 @@ class MPOConfig:
     widths: tuple[int, ...] = (256, 256)
     """Hidden widths of the policy, critic and learned-model torsos."""
     num_samples: int = 20
-    """N: actions sampled per state for the E-step, the critic's expectation and, as the
-    branching factor M, at every node of a search."""
+    """N: actions sampled per state for the E-step (a search's root) and for the critic's
+    expectation."""
+    branching: int = 4
+    """M: actions sampled at every search node below the root."""
     epsilon: float = 0.1
     """E-step bound on ``KL(q || pi_old)``."""
     epsilon_mean: float = 2.5e-3
@@ -127,7 +129,7 @@ def check(config: MPOConfig) -> None:
     if config.depth > 0 and config.model == "none":
         raise ValueError(f"depth {config.depth} needs a model to search with: set model to "
                          f"'true' or 'learned' (or depth to 0 for MPO)")
-    for name in ("num_samples", "n_step", "batch_size", "target_period", "total_steps",
+    for name in ("num_samples", "branching", "n_step", "batch_size", "target_period", "total_steps",
                  "updates_per_step", "eval_every", "eval_episodes", "replay_capacity"):
         if getattr(config, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
@@ -218,7 +220,8 @@ def search_targets(config: MPOConfig, task: ControlTask, policy: GaussianPolicy,
             return obs
     return search(root, key, depth=config.depth, temperature=temperature,
                   gamma=config.discount,
-                  sample=lambda obs, k: sample_actions(policy, obs, k, config.num_samples),
+                  num_actions=config.num_samples, branching=config.branching,
+                  sample=lambda obs, k, n: sample_actions(policy, obs, k, n),
                   critic=lambda obs, a: _critic_values(critic, obs, a), model=step,
                   observe=observe)
 
