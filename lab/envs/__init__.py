@@ -20,6 +20,7 @@ agents; gymnax is imported only when one is made.
 from lab.envs.cartpole import CartpoleState, CartpoleSwingup
 from lab.envs.control import CONTROL_TASKS, ControlTask
 from lab.envs.dmc import DMC_TASKS, DMCEnv, make_dmc  # imports dm_control only when used
+from lab.envs.dmc_states import DMCStates, make_dmc_states
 from lab.envs.frames import frame_stack_indices, stack_frames
 from lab.envs.pendulum import PendulumState, PendulumSwingup
 from lab.envs.registry import ENVS, make
@@ -36,11 +37,13 @@ __all__ = [
     "CartpoleSwingup",
     "ControlTask",
     "DMCEnv",
+    "DMCStates",
     "PendulumState",
     "PendulumSwingup",
     "frame_stack_indices",
     "make",
     "make_dmc",
+    "make_dmc_states",
     "random_episode_return",
     "stack_frames",
     "tolerance",

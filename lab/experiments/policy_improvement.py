@@ -17,6 +17,7 @@ above it at the evaluation after t environment steps (per seed too, in ``metrics
 
 import inspect
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any
 
 import equinox as eqx
@@ -177,10 +178,17 @@ class Result:
 def train(setup: Setup, variant: Variant, callback=None) -> Result:
     """Train all seeds of one variant together (vmapped)."""
     keys = jax.random.split(jax.random.key(0), setup.seeds)
-    if setup.is_dmc:
+    if setup.is_dmc:  # stepped on the host, one seed after another
+        from lab.envs.dmc_states import make_dmc_states
         from lab.train import mpo_host
-        run, history = mpo_host.train_seeds(variant.config, setup.env[len(DMC_PREFIX):],
-                                            keys, callback=callback)
+
+        name = setup.env[len(DMC_PREFIX):]
+        with make_dmc_states(name) as env, make_dmc_states(name, seed=1) as eval_env:
+            agents, history = mpo_host.train_host_seeds(variant.config, env, eval_env,
+                                                        list(keys), callback=callback)
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs) if eqx.is_array(xs[0]) else xs[0],
+                               *agents)
+        run = SimpleNamespace(agent=stacked)
     elif variant.kind == "vmpo":
         run, history = vmpo.train(variant.config, setup.make_task(), keys, callback=callback)
     else:
@@ -291,9 +299,9 @@ def describe(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def seed_run(result: Result, seed: int = 0) -> Any:
-    """One seed's final run state out of the vmapped batch."""
-    return jax.tree.map(lambda x: x[seed] if eqx.is_array(x) else x, result.run)
+def seed_agent(result: Result, seed: int = 0) -> Any:
+    """One seed's final agent out of the batch of seeds."""
+    return jax.tree.map(lambda x: x[seed] if eqx.is_array(x) else x, result.run.agent)
 
 
 def episode_states(setup: Setup, result: Result, seed: int = 0, episode_key: int = 7
@@ -301,8 +309,7 @@ def episode_states(setup: Setup, result: Result, seed: int = 0, episode_key: int
     """The environment states and observations ``(T, O)`` of one deterministic episode of a
     trained agent (for the improved-policy viewer)."""
     task = setup.make_task()
-    run = seed_run(result, seed)
-    policy = run.agent.policy
+    policy = seed_agent(result, seed).policy
 
     def step(carry, k):
         state, obs = carry
@@ -325,8 +332,7 @@ def improved_policy(setup: Setup, result: Result, states: Any, t: int, seed: int
     """At step ``t`` of an episode: ``N`` actions sampled from pi, their values (the critic,
     or the search's ``Q_hat`` for a search agent), the weights of the improved policy
     ``q = softmax(Q / eta)``, and pi's mean and standard deviation."""
-    run = seed_run(result, seed)
-    agent = run.agent
+    agent = seed_agent(result, seed)
     state = jax.tree.map(lambda x: x[t], states)
     task = setup.make_task()
     obs = task.observe(state)
@@ -351,3 +357,17 @@ def improved_policy(setup: Setup, result: Result, states: Any, t: int, seed: int
     return {"actions": np.asarray(actions), "values": np.asarray(q),
             "weights": np.asarray(weights), "mean": np.asarray(mean),
             "stddev": np.asarray(stddev), "temperature": float(eta)}
+
+
+def plot_improved_policy(ax, q: dict[str, np.ndarray]) -> None:
+    """Draw ``improved_policy``'s output on a matplotlib axis (first action dimension): pi's
+    density scaled to 1, the sampled actions' weights scaled to 1 as stems, and the clipped
+    region shaded."""
+    grid = np.linspace(-2, 2, 400)
+    density = np.exp(-0.5 * ((grid - q["mean"][0]) / q["stddev"][0]) ** 2)
+    ax.plot(grid, density, color="C0", label="pi (scaled)")
+    ax.stem(q["actions"][:, 0], q["weights"] / q["weights"].max(), linefmt="C3-",
+            markerfmt="C3o", basefmt=" ", label="q weights (scaled)")
+    ax.axvspan(-2, -1, color="0.9")
+    ax.axvspan(1, 2, color="0.9")
+    ax.set(xlabel="action (clipped to [-1, 1] when executed)", ylim=(0, 1.1))
