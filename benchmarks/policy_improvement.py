@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lab.envs.control import ControlTask
+from lab.experiments.benchmarking import cpu_model, timed
 from lab.train import mpo
 
 # name: MPOConfig fields besides the sizes
@@ -45,20 +46,6 @@ VARIANTS = {
     "search d1": {"depth": 1, "model": "true", "search_in": "learning"},
     "search d2": {"depth": 2, "model": "true", "search_in": "learning"},
 }
-
-
-def timed(fn, repeats: int) -> tuple[float, float, float]:
-    """(first call incl. compile, best, median) seconds of ``fn()``, after one warm-up call."""
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    first = time.perf_counter() - start
-    jax.block_until_ready(fn())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return first, min(times), float(np.median(times))
 
 
 def make_env_scan(task: ControlTask, copies: int, steps: int, *, resets: bool):
@@ -92,7 +79,7 @@ def env_rate(task: ControlTask, copies: int, steps: int, repeats: int, *, resets
     k_reset, k_run = jax.random.split(jax.random.key(0))
     states, _ = jax.vmap(task.reset)(jax.random.split(k_reset, copies))
     run = make_env_scan(task, copies, steps, resets=resets)
-    first, best, _ = timed(lambda: run(states, k_run), repeats)
+    first, best, _ = timed(lambda: run(states, k_run), repeats, warmup=1)
     return first, best, copies * steps / best
 
 
@@ -131,17 +118,6 @@ def training_rate(config: mpo.MPOConfig, task: ControlTask, seeds: int, repeats:
         run, _ = jax.block_until_ready(interval_c(run, jnp.asarray(first_step, jnp.int32)))
         times.append(time.perf_counter() - start)
     return compile_seconds, min(times), float(np.median(times))
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv=None) -> None:

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lab import envs
+from lab.experiments.benchmarking import timed
 from lab.models import conv as convs
 from lab.train import sac_ae
 from lab.train import sac_ae_loop as loops
@@ -87,19 +88,6 @@ FORMULATIONS = {
 def use(formulation: str) -> None:
     """Make ``lab.models.conv``'s layers call ``formulation``'s functions."""
     convs.conv2d, convs.conv_transpose2d = FORMULATIONS[formulation]
-
-
-def timed(fn, repeats: int) -> tuple[float, float, float]:
-    """(first call incl. compile, best, median) seconds of ``fn()``."""
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    first = time.perf_counter() - start
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return first, min(times), float(np.median(times))
 
 
 def update_times(size: int, batch: int, hidden: int, repeats: int, scan: int):

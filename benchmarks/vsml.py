@@ -51,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lab.data import TaskSource, load
+from lab.experiments.benchmarking import cpu_model
 from lab.models.vsml import VSMLNetwork, init_layer_state
 from lab.train.vsml import MetaConfig, make_meta_train
 
@@ -187,17 +188,6 @@ def meta_train_rows(args) -> list[tuple]:
                      f"{1 / per_iteration:.3g} it/s", gflops,
                      f"{per_iteration / base:.1f} x gradient", "-"))
     return rows
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main():

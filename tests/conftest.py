@@ -6,6 +6,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from lab.envs import dmc
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -53,3 +55,14 @@ def checkpoint_dir(tmp_path, monkeypatch) -> Path:
     folder = tmp_path / "checkpoints"
     monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(folder))
     return folder
+
+
+@pytest.fixture(scope="module")
+def suite():
+    """``dm_control.suite``, imported in the tests (not at collection, once per xdist worker);
+    skips the test, saying what to install, without a GL library or dm_control."""
+    problem = dmc.gl_problem(dmc.choose_gl_backend())
+    if problem:
+        pytest.skip(problem)
+    return pytest.importorskip(
+        "dm_control.suite", reason="dm_control is not installed: pip install -e '.[dev,dmc]'")

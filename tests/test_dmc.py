@@ -15,17 +15,6 @@ from lab.envs import dmc
 
 
 @pytest.fixture(scope="module")
-def suite():
-    """``dm_control.suite``, imported in the tests (not at collection, once per xdist worker);
-    skips the test, saying what to install, without a GL library or dm_control."""
-    problem = dmc.gl_problem(dmc.choose_gl_backend())
-    if problem:
-        pytest.skip(problem)
-    return pytest.importorskip(
-        "dm_control.suite", reason="dm_control is not installed: pip install -e '.[dev,dmc]'")
-
-
-@pytest.fixture(scope="module")
 def cartpole(suite):
     try:
         env = dmc.make_dmc("cartpole_swingup", image_size=64, seed=0)

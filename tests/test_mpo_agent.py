@@ -115,8 +115,8 @@ def test_mpo_train_tiny_run_shapes():
     assert seen == [2, 3]
 
 
-def test_mpo_train_learned_model_and_search_acting_run():
-    task = ControlTask("Pendulum-v1")
+def test_mpo_train_learned_model_and_search_acting_run_on_mountain_car():
+    task = ControlTask("MountainCarContinuous-v0")
     config = mpo.MPOConfig(**TINY, depth=1, model="learned", search_in="both")
     _, history = mpo.train(config, task, jax.random.split(jax.random.key(0), 1))
     assert np.all(np.isfinite(history.returns))

@@ -5,22 +5,12 @@ import jax
 import numpy as np
 import pytest
 
-from lab.envs import dmc
 from lab.train.mpo import MPOConfig
 from lab.train.mpo_host import stack_histories, train_host, train_host_seeds
 from lab.train.rl_loop import History
 
 METRICS = ("critic_loss", "policy_loss", "model_loss", "temperature", "kl_q", "q_mean",
            "kl_mean", "kl_stddev", "alpha_mean", "alpha_stddev")
-
-
-@pytest.fixture(scope="module")
-def suite():
-    problem = dmc.gl_problem(dmc.choose_gl_backend())
-    if problem:
-        pytest.skip(problem)
-    return pytest.importorskip(
-        "dm_control.suite", reason="dm_control is not installed: pip install -e '.[dev,dmc]'")
 
 
 @pytest.fixture(scope="module")

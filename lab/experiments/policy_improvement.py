@@ -220,6 +220,7 @@ def verdict(setup: Setup, results: list[Result]) -> dict[str, Any]:
         m[f"{name}_final_return"] = float(curve[-1])
         m[f"{name}_final_returns"] = [float(x) for x in h.returns[:, -1]]
         m[f"{name}_initial_return"] = float(curve[0])
+        m[f"{name}_mean_return_over_evaluations"] = float(curve.mean())  # area under curve
         m[f"{name}_steps_to_threshold"] = _finite(steps_to_threshold(h.env_steps, curve,
                                                                      threshold))
         m[f"{name}_seed_steps_to_threshold"] = [
@@ -264,7 +265,8 @@ def describe(m: dict[str, Any]) -> str:
 
     def final(name):
         return (f"{m[f'{name}_final_return']:.1f} after {m[f'{name}_env_steps']:,} steps "
-                f"(seeds: {', '.join(f'{x:.0f}' for x in m[f'{name}_final_returns'])})")
+                f"(seeds: {', '.join(f'{x:.0f}' for x in m[f'{name}_final_returns'])}; mean "
+                f"over all evaluations {m[f'{name}_mean_return_over_evaluations']:.1f})")
 
     def held(flag):
         return "holds" if m[flag] else "does not hold"

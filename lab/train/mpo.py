@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from lab.envs import rollout
 from lab.envs.control import ControlTask
 from lab.models.policy import DynamicsModel, GaussianPolicy, QCritic, sample_actions
 from lab.rl import mpo as mpo_losses
@@ -182,11 +183,13 @@ def init_agent(config: MPOConfig, task: ControlTask, key: jax.Array) -> Agent:
                                   alpha_stddev=config.init_alpha_stddev,
                                   per_dim=config.per_dim)
     opt_pd, opt_c, opt_m = _optimizers(config)
-    params = eqx.filter
+
+    def params(module):
+        return eqx.filter(module, eqx.is_array)
+
     return Agent(policy, critic, model, policy, critic, duals,
-                 opt_pd.init((params(policy, eqx.is_array), duals)),
-                 opt_c.init(params(critic, eqx.is_array)),
-                 None if model is None else opt_m.init(params(model, eqx.is_array)),
+                 opt_pd.init((params(policy), duals)), opt_c.init(params(critic)),
+                 None if model is None else opt_m.init(params(model)),
                  jnp.zeros((), jnp.int32))
 
 
@@ -298,6 +301,20 @@ def update(config: MPOConfig, task: ControlTask, agent: Agent, batch: nstep_repl
     return agent, metrics
 
 
+def updates(config: MPOConfig, task: ControlTask, agent: Agent, replay: nstep_replay.Replay,
+            key: jax.Array) -> tuple[Agent, dict]:
+    """``config.updates_per_step`` updates, each on a fresh batch sampled from ``replay``;
+    the metrics are their means."""
+    def one(agent, k):
+        k_batch, k_update = jax.random.split(k)
+        batch = nstep_replay.sample(replay, k_batch, config.batch_size, config.n_step,
+                                    config.discount)
+        return update(config, task, agent, batch, k_update)
+
+    agent, metrics = jax.lax.scan(one, agent, jax.random.split(key, config.updates_per_step))
+    return agent, jax.tree.map(lambda m: jnp.mean(m, axis=0), metrics)
+
+
 def act(config: MPOConfig, task: ControlTask, agent: Agent, env_state: Any, obs: jax.Array,
         key: jax.Array, *, explore: bool) -> jax.Array:
     """The action in ``[-1, 1]``: a sample of the policy (``explore``) or its mean; with search
@@ -338,14 +355,6 @@ def make_run(config: MPOConfig, task: ControlTask):
                                    env_state if config.model == "true" else None)
         return Run(init_agent(config, task, k_agent), replay, env_state, obs, k_run)
 
-    def updates(agent, replay, key):
-        def one(agent, k):
-            k_batch, k_update = jax.random.split(k)
-            batch = nstep_replay.sample(replay, k_batch, config.batch_size, config.n_step,
-                                        config.discount)
-            return update(config, task, agent, batch, k_update)
-        return jax.lax.scan(one, agent, jax.random.split(key, config.updates_per_step))
-
     def env_step(run, step):
         key, k_act, k_step, k_reset, k_update = jax.random.split(run.key, 5)
         learning = step >= config.learning_starts  # not vmapped: the cond skips a branch
@@ -367,9 +376,8 @@ def make_run(config: MPOConfig, task: ControlTask):
         env_state, obs = jax.tree.map(lambda r, s: jnp.where(end, r, s),
                                       (reset_state, reset_obs), (env_state, next_obs))
         agent, metrics = jax.lax.cond(
-            learning, lambda: updates(run.agent, replay, k_update),
+            learning, lambda: updates(config, task, run.agent, replay, k_update),
             lambda: (run.agent, _nan_metrics(config, task, run.agent, replay, k_update)))
-        metrics = jax.tree.map(lambda m: jnp.mean(m, axis=0), metrics)
         return Run(agent, replay, env_state, obs, key), metrics
 
     def interval(run, first_step):
@@ -392,34 +400,15 @@ def _sample_policy(policy: GaussianPolicy, obs: jax.Array, key: jax.Array) -> ja
 
 def _nan_metrics(config, task, agent, replay, key):
     """Metrics shaped like ``updates``' with NaN values (no update ran)."""
-    shapes = jax.eval_shape(lambda: _updates_shape(config, task, agent, replay, key))
+    shapes = jax.eval_shape(lambda: updates(config, task, agent, replay, key)[1])
     return jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes)
-
-
-def _updates_shape(config, task, agent, replay, key):
-    batch = nstep_replay.sample(replay, key, config.batch_size, config.n_step, config.discount)
-    _, metrics = update(config, task, agent, batch, key)
-    return jax.tree.map(lambda m: jnp.broadcast_to(m, (config.updates_per_step, *m.shape)),
-                        metrics)
 
 
 def episode_return(config: MPOConfig, task: ControlTask, agent: Agent, key: jax.Array
                    ) -> jax.Array:
     """The undiscounted return of one evaluation episode (no exploration)."""
-    k_reset, k_steps = jax.random.split(key)
-    state, obs = task.reset(k_reset)
-
-    def step(carry, k):
-        state, obs, total, alive = carry
-        k_act, k_step = jax.random.split(k)
-        action = act(config, task, agent, state, obs, k_act, explore=False)
-        state, obs, reward, terminated, truncated = task.step(state, action, k_step)
-        total = total + jnp.where(alive, reward, 0.0)
-        return (state, obs, total, alive & ~(terminated | truncated)), None
-
-    (_, _, total, _), _ = jax.lax.scan(step, (state, obs, jnp.zeros(()), jnp.ones((), bool)),
-                                       jax.random.split(k_steps, task.episode_steps))
-    return total
+    return rollout.episode_return(
+        task, lambda state, obs, k: act(config, task, agent, state, obs, k, explore=False), key)
 
 
 def train(config: MPOConfig, task: ControlTask, keys: jax.Array, *, callback=None

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lab.train import nstep_replay
-from lab.train.mpo import Agent, MPOConfig, act, init_agent, update
+from lab.train.mpo import Agent, MPOConfig, act, init_agent, updates
 from lab.train.rl_loop import History
 
 _SEED_RANGE = 2**31 - 1
@@ -82,17 +82,11 @@ def make_host_step(config: MPOConfig, env):
             lambda: act(config, env, agent, None, obs, key, explore=True),
             lambda: act(plain, env, agent, None, obs, key, explore=True))
 
-    def updates(agent, replay, key):
-        def one(agent, k):
-            k_batch, k_update = jax.random.split(k)
-            batch = nstep_replay.sample(replay, k_batch, config.batch_size, config.n_step,
-                                        config.discount)
-            return update(config, env, agent, batch, k_update)
-        agent, metrics = jax.lax.scan(one, agent, jax.random.split(key, config.updates_per_step))
-        return agent, jax.tree.map(lambda m: jnp.mean(m, axis=0), metrics)
+    def learn(agent, replay, key):
+        return updates(config, env, agent, replay, key)
 
     def init_run(agent, replay, key):
-        shapes = jax.eval_shape(updates, agent, replay, key)[1]
+        shapes = jax.eval_shape(learn, agent, replay, key)[1]
         sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
         return HostRun(agent, replay, key, sums, jnp.zeros((), jnp.int32))
 
@@ -110,7 +104,7 @@ def make_host_step(config: MPOConfig, env):
                                   1.0 - terminated.astype(jnp.float32), end, next_obs)
         learning = step >= config.learning_starts
         agent, metrics = jax.lax.cond(
-            learning, lambda: updates(run.agent, replay, k_update),
+            learning, lambda: learn(run.agent, replay, k_update),
             lambda: (run.agent, jax.tree.map(jnp.zeros_like, run.metric_sums)))
         run = HostRun(agent, replay, key, jax.tree.map(jnp.add, run.metric_sums, metrics),
                       run.learning_steps + learning.astype(jnp.int32))

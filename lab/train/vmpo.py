@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from lab.envs import rollout
 from lab.envs.control import ControlTask
 from lab.models.policy import GaussianPolicy, ValueCritic
 from lab.rl import mpo as mpo_losses
@@ -338,18 +339,7 @@ def make_run(config: VMPOConfig, task: ControlTask):
 
 def episode_return(task: ControlTask, agent: Agent, key: jax.Array) -> jax.Array:
     """The undiscounted return of one evaluation episode (the clipped policy mean)."""
-    k_reset, k_steps = jax.random.split(key)
-    state, obs = task.reset(k_reset)
-
-    def step(carry, k):
-        state, obs, total, alive = carry
-        state, obs, reward, terminated, truncated = task.step(state, act(agent, obs), k)
-        total = total + jnp.where(alive, reward, 0.0)
-        return (state, obs, total, alive & ~(terminated | truncated)), None
-
-    (_, _, total, _), _ = jax.lax.scan(step, (state, obs, jnp.zeros(()), jnp.ones((), bool)),
-                                       jax.random.split(k_steps, task.episode_steps))
-    return total
+    return rollout.episode_return(task, lambda state, obs, k: act(agent, obs), key)
 
 
 def train(config: VMPOConfig, task: ControlTask, keys: jax.Array, *, callback=None
