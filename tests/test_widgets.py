@@ -1,0 +1,153 @@
+"""Panel logic with real ipywidgets objects: controls, Run / Pause / Stop, throttled redraws."""
+
+import threading
+import time
+
+import pytest
+from IPython.display import Image
+
+from lab.widgets.controls import Control, Controls
+from lab.widgets.panel import Panel
+
+SPECS = [Control("steps", int, 1, 100), Control("lr", float, 1e-5, 1e-1, log=True),
+         Control("agent", str, options=("a", "b")), Control("compare", bool)]
+VALUES = {"steps": 10, "lr": 1e-3, "agent": "a", "compare": True}
+
+
+def _draw(figure, data):
+    figure.add_subplot().plot(data)
+
+
+def _panel(train, **kw):
+    return Panel("test", Controls(SPECS, VALUES), train, _draw, min_interval=0.0, **kw)
+
+
+def test_control_errors_name_the_range_and_type():
+    steps, lr, agent, compare = SPECS
+    assert steps.error(0) == "steps must be at least 1"
+    assert steps.error(2.5) == "steps must be an integer"
+    assert lr.error(1.0) == "lr must be at most 0.1"
+    assert agent.error("c") == "agent must be one of a, b"
+    assert compare.error(1) == "compare must be True or False"
+    assert steps.error(50) is None and lr.error(1e-3) is None
+
+
+def test_controls_show_values_and_errors():
+    controls = Controls(SPECS, VALUES)
+    assert controls.values() == VALUES
+    controls.widgets["steps"].value = 7
+    assert controls.values()["steps"] == 7 and controls.check() == {}
+    with pytest.raises(ValueError, match="no value for the controls steps"):
+        Controls(SPECS, {"lr": 1e-3, "agent": "a", "compare": True})
+
+
+def test_panel_refuses_invalid_values_before_starting():
+    calls = []
+    panel = _panel(lambda values, report: calls.append(values))
+    panel.controls.widgets["steps"] = type("W", (), {"value": 0, "disabled": False})()
+    assert panel.run() is False
+    assert calls == [] and panel.state == "idle"
+    assert "steps must be at least 1" in panel.controls.errors["steps"].value
+
+
+def test_panel_shows_the_experiments_own_error_beside_its_control():
+    def validate(values):
+        raise ValueError("lr 0.001 is too small for steps 10")
+
+    panel = _panel(lambda values, report: None, validate=validate)
+    assert panel.run() is False
+    assert "too small" in panel.controls.errors["lr"].value and panel.state == "idle"
+
+
+def test_panel_runs_in_a_thread_and_keeps_the_result():
+    def train(values, report):
+        for i in range(values["steps"]):
+            time.sleep(0.01)
+            if not report((i + 1) / values["steps"], list(range(i + 1))):
+                return "stopped"
+        return f"trained {values['agent']}"
+
+    panel = _panel(train)
+    assert panel.run() is True
+    assert panel.run() is False  # one run at a time
+    assert panel.wait(10)
+    assert panel.state == "done" and panel.result == "trained a"
+    assert panel.draws >= 2 and panel.progress.value == 1.0
+    assert panel.image.value[:4] == b"\x89PNG"
+    assert not panel.controls.widgets["steps"].disabled
+
+
+def test_panel_pause_holds_and_stop_ends_within_one_interval():
+    started, steps = threading.Event(), []
+
+    def train(values, report):
+        i = 0
+        while True:
+            started.set()
+            steps.append(i)
+            time.sleep(0.01)
+            if not report(0.0, [i]):
+                return i
+            i += 1
+
+    panel = _panel(train)
+    panel.run()
+    started.wait(5)
+    panel.pause()
+    time.sleep(0.1)
+    held = len(steps)
+    time.sleep(0.2)
+    assert panel.state == "paused" and len(steps) <= held + 1
+    assert panel.pause_button.description == "Resume"
+    panel.resume()
+    deadline = time.monotonic() + 10
+    while len(steps) <= held + 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(steps) > held + 1
+    panel.stop()
+    assert panel.wait(5) and panel.state == "stopped"
+    assert panel.result == steps[-1]
+
+
+def test_panel_failure_is_shown_and_the_kernel_goes_on():
+    def train(values, report):
+        raise RuntimeError("diverged")
+
+    panel = _panel(train)
+    panel.run()
+    assert panel.wait(5)
+    assert panel.state == "failed" and "diverged" in panel.status.value
+
+
+def test_panel_headless_shows_the_final_figure_and_values():
+    panel = _panel(lambda values, report: None)
+    panel.set_result([1, 3, 2], result="r")
+    shown = panel.show(headless=True)
+    assert isinstance(shown, Image) and panel.state == "done"
+    assert panel.show(headless=False) is panel.widget
+
+
+PI_PARAMS = dict(preset="default", env="Pendulum-v1", agent="mpo", depth=0, branching=2,
+                 model="none", search_in="learning", updates_per_step=1, more_updates=2,
+                 compare=False, seeds=1, total_steps=100, eval_every=50, vmpo_steps=5120,
+                 widths=8, batch_size=8)
+
+
+def test_policy_improvement_panel_trains_live_and_shows_q():
+    from lab.widgets.policy_improvement_panel import policy_improvement_panel
+
+    panel = policy_improvement_panel(PI_PARAMS)
+    panel.min_interval = 0.0
+    panel.controls.widgets["agent"].value = "search"  # with model none: refused up front
+    assert panel.run() is False and "needs model" in panel.controls.errors["agent"].value
+    panel.controls.widgets["agent"].value = "mpo"
+    assert panel.run() is True
+    assert panel.wait(300) and panel.state == "done", panel.error
+    setup, result = panel.result
+    assert result.history.returns.shape == (1, 3) and panel.draws >= 2
+    viewer = panel.widget.children[-1]
+    assert viewer.children[1].value == b""  # nothing drawn before asked
+    from lab.widgets.policy_improvement_panel import ImprovedPolicyViewer
+    view = ImprovedPolicyViewer(panel)
+    view.slider.value = 5
+    assert view.show() and view.image.value[:4] == b"\x89PNG"
