@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Debian packages some tests need, installed when missing (idempotent; quick when all are there).
 #   libosmesa6: software OpenGL for MuJoCo's headless rendering (MUJOCO_GL=osmesa, lab.envs.dmc)
+#   chromium: the browser the JupyterLab end-to-end test drives with Playwright
+#             (tests/test_browser.py; Playwright's own browser downloads are not used)
 # Without root or apt-get it prints one warning and succeeds; the tests that need a missing
 # package then skip and say what to install.
 set -euo pipefail
 
-PACKAGES=(libosmesa6)
+PACKAGES=(libosmesa6 chromium)
 
 missing=()
 for package in "${PACKAGES[@]}"; do

@@ -167,6 +167,15 @@ def _vmpo_eval_every(total_steps: int) -> int:
 PARAMETERS = tuple(inspect.signature(configure).parameters)
 
 
+def without_preset(params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters a preset stands for, spelled out, with ``preset="default"`` (what a
+    panel's controls start from)."""
+    if params["preset"] not in PRESETS:
+        raise ValueError(f"unknown preset {params['preset']!r}; choose one of "
+                         f"{', '.join(PRESETS)}")
+    return params | PRESETS[params["preset"]] | {"preset": "default"}
+
+
 @dataclass
 class Result:
     variant: Variant

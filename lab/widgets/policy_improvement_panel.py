@@ -10,6 +10,7 @@ steps for the notebook's runs and the new one. After a run, the viewer's slider 
 of an evaluation episode of the newest agent and shows ``improved_policy`` there.
 """
 
+import dataclasses
 import io
 from typing import Any
 
@@ -52,6 +53,7 @@ def draw_returns(figure: Figure, results: list) -> None:
 def policy_improvement_panel(params: dict[str, Any], results: list | None = None) -> Panel:
     """A panel over the notebook's ``params`` (``configure``'s keyword arguments), showing the
     notebook's finished ``results`` until a new run replaces them."""
+    params = pi.without_preset(params)
     earlier = list(results or [])
     controls = Controls(CONTROLS, {c.name: params[c.name] for c in CONTROLS})
 
@@ -62,9 +64,10 @@ def policy_improvement_panel(params: dict[str, Any], results: list | None = None
         setup = setup_of(values)
         variant = setup.variant(setup.focus)
         total = variant.config.total_steps
+        shown = dataclasses.replace(variant, name=f"{variant.name} (panel run)")
 
         def callback(history):
-            partial = pi.Result(variant, None, history)
+            partial = pi.Result(shown, None, history)
             return report(history.env_steps[-1] / total, earlier + [partial])
 
         result = pi.train(setup, variant, callback=callback)
@@ -90,7 +93,7 @@ class ImprovedPolicyViewer:
         self.slider = widgets.IntSlider(value=0, min=0, max=199, description="episode step",
                                         continuous_update=False)
         self.button = widgets.Button(description="Show q at this step")
-        self.image = widgets.Image(format="png")
+        self.image = widgets.Image(format="png", layout=widgets.Layout(display="none"))
         self.message = widgets.HTML("")
         self.button.on_click(lambda _: self.show())
         self.widget = widgets.VBox([widgets.HBox([self.slider, self.button, self.message]),
@@ -122,5 +125,6 @@ class ImprovedPolicyViewer:
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=80)
         self.image.value = buffer.getvalue()
+        self.image.layout.display = ""
         self.message.value = ""
         return True

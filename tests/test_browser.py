@@ -1,0 +1,125 @@
+"""End to end in a real browser: JupyterLab on 127.0.0.1, a model notebook, its live panel.
+
+Starts JupyterLab (token-less, a temporary root) with the project's kernel, opens
+``04_policy_improvement`` with small parameters in headless Chromium driven by Playwright, runs
+every cell, presses Run on the panel, waits until its figure has been redrawn at least twice
+and its progress bar has moved, presses Stop, checks the browser console for errors and saves
+a screenshot (``$LAB_ARTIFACTS`` or the test's temporary folder). Needs Debian's ``chromium``
+(``scripts/system_deps.sh`` installs it) and the ``playwright`` package (no downloaded
+browsers); skips, saying what to install, without them.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.conftest import ROOT
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+# Small enough for a quick notebook run, long enough for several live redraws.
+PARAMS = {"agent": "mpo", "compare": False, "seeds": 1, "total_steps": 2000, "eval_every": 50,
+          "widths": 8, "batch_size": 16}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def jupyterlab(tmp_path):
+    if not Path(CHROMIUM).exists():
+        pytest.skip("no Chromium: apt-get install chromium (scripts/system_deps.sh does)")
+    pytest.importorskip("playwright", reason="pip install playwright (the dev extra)")
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = nbformat.read(ROOT / "notebooks/04_policy_improvement.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    cell.source += "".join(f"\n{name} = {value!r}" for name, value in PARAMS.items())
+    nbformat.write(nb, root / "04.ipynb")
+    port = _free_port()
+    env = os.environ | {"LAB_CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
+    env.pop("LAB_RUN_DIR", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+         f"--port={port}", "--IdentityProvider.token=", "--ServerApp.password=",
+         "--ServerApp.disable_check_xsrf=True", "--LabApp.expose_app_in_browser=True",
+         "--allow-root",
+         f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=root)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/api/status", timeout=2)
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise RuntimeError(server.stdout.read().decode()[-3000:]) from None
+            time.sleep(0.5)
+    yield url, root
+    server.terminate()
+    try:
+        server.wait(20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+@pytest.mark.slow
+def test_panel_trains_live_in_jupyterlab(jupyterlab, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    url, _ = jupyterlab
+    artifacts = Path(os.environ.get("LAB_ARTIFACTS", tmp_path))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    errors = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        try:
+            page.goto(f"{url}/lab/tree/04.ipynb", timeout=120_000)
+            page.wait_for_function("window.jupyterapp !== undefined", timeout=120_000)
+            page.locator(".jp-Notebook").first.wait_for(timeout=120_000)
+            time.sleep(3)  # let the kernel start
+            page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            run = page.locator("button.widget-button", has_text="Run")
+            run.wait_for(timeout=600_000)
+            image = page.locator("img.widget-image").first
+            image.wait_for(timeout=60_000)
+            before = image.get_attribute("src")
+            bar = page.locator(".widget-hprogress .progress-bar").first
+            run.click()
+            sources, start = {before}, time.monotonic()
+            while len(sources) < 3 and time.monotonic() - start < 300:
+                sources.add(image.get_attribute("src"))
+                time.sleep(0.1)
+            width = bar.evaluate("e => parseFloat(e.style.width || '0')")
+            page.locator("button.widget-button", has_text="Stop").click()
+            page.wait_for_function(
+                "[...document.querySelectorAll('.widget-html')].some("
+                "e => /stopped|done/.test(e.textContent))", timeout=120_000)
+            no_news = page.get_by_role("button", name="No", exact=True)
+            if no_news.count():  # JupyterLab's "get notified about news?" toast
+                no_news.first.click()
+            panel = page.locator(".jp-Cell").last.locator(".jp-OutputArea-output").first
+            panel.scroll_into_view_if_needed()
+            panel.screenshot(path=str(artifacts / "panel.png"))
+        finally:
+            browser.close()
+    assert len(sources) >= 3, "the live figure was not redrawn twice after Run"
+    assert 0 < width, "the progress bar did not move"
+    assert not errors, errors
+    assert (artifacts / "panel.png").stat().st_size > 10_000
