@@ -97,7 +97,8 @@ def test_panel_trains_live_in_jupyterlab(jupyterlab, tmp_path):
             page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
             run = page.locator("button.widget-button", has_text="Run")
             run.wait_for(timeout=600_000)
-            image = page.locator("img.widget-image").first
+            image = page.locator(".jp-OutputArea-output", has_text="Policy improvement: MPO"
+                                 ).locator("img.widget-image").first
             image.wait_for(timeout=60_000)
             before = image.get_attribute("src")
             bar = page.locator(".widget-hprogress .progress-bar").first
@@ -114,7 +115,7 @@ def test_panel_trains_live_in_jupyterlab(jupyterlab, tmp_path):
             no_news = page.get_by_role("button", name="No", exact=True)
             if no_news.count():  # JupyterLab's "get notified about news?" toast
                 no_news.first.click()
-            panel = page.locator(".jp-Cell").last.locator(".jp-OutputArea-output").first
+            panel = page.locator(".jp-OutputArea-output", has_text="Policy improvement: MPO")
             panel.scroll_into_view_if_needed()
             panel.screenshot(path=str(artifacts / "panel.png"))
         finally:

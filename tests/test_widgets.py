@@ -151,3 +151,32 @@ def test_policy_improvement_panel_trains_live_and_shows_q():
     view = ImprovedPolicyViewer(panel)
     view.slider.value = 5
     assert view.show() and view.image.value[:4] == b"\x89PNG"
+
+
+def _fake_run(reports, name, started, curves, notebook="04_policy_improvement.ipynb"):
+    import json
+
+    folder = reports / "runs" / name
+    folder.mkdir(parents=True)
+    (folder / "provenance.json").write_text(json.dumps({
+        "notebook": notebook, "run_dir": str(folder), "status": "ok", "started": started,
+        "overrides": {"seeds": 2}}))
+    (folder / "metrics.json").write_text(json.dumps({"curves": curves} if curves else {}))
+
+
+def test_compare_view_overlays_recorded_curves_of_picked_runs(tmp_path):
+    from lab.widgets.compare import CompareView
+
+    curve = {"x": [0, 10, 20], "y": [-1000, -500, -200], "xlabel": "steps", "ylabel": "return"}
+    _fake_run(tmp_path, "a", "2026-11-22T10:00:00", {"mpo": curve})
+    _fake_run(tmp_path, "b", "2026-11-22T11:00:00", {"mpo": curve, "vmpo": curve})
+    _fake_run(tmp_path, "c", "2026-11-22T12:00:00", None)  # no curves: not listed
+    _fake_run(tmp_path, "d", "2026-11-22T13:00:00", {"x": curve}, notebook="03_sac_ae.ipynb")
+    view = CompareView(tmp_path, notebook="04_policy_improvement.ipynb")
+    assert [r["started"][11:13] for r in view.runs] == ["11", "10"]  # newest first
+    assert "seeds=2" in view.runs[0]["label"]
+    assert list(view.curve.options) == ["mpo", "vmpo"] and view.image.value[:4] == b"\x89PNG"
+    view.select.value = (1,)
+    assert list(view.curve.options) == ["mpo"]
+    assert len(CompareView(tmp_path).runs) == 3
+    assert isinstance(view.show(headless=True), Image)

@@ -266,6 +266,14 @@ def verdict(setup: Setup, results: list[Result]) -> dict[str, Any]:
     return m
 
 
+def curves(results: list[Result]) -> dict[str, dict[str, Any]]:
+    """Each variant's mean evaluation return against environment steps, in the form
+    ``record(curves=...)`` stores for the compare view (``lab.widgets.compare``)."""
+    return {r.variant.name: {"x": r.history.env_steps, "y": r.history.mean_returns,
+                             "xlabel": "environment steps per seed", "xscale": "log",
+                             "ylabel": "evaluation return"} for r in results}
+
+
 def describe(m: dict[str, Any]) -> str:
     """The conclusions as Markdown, every number from ``m``."""
     def steps(name):

@@ -1,0 +1,124 @@
+"""Compare finished runs: overlay the curves that runs recorded, picked from a list.
+
+A notebook records curves with ``lab.experiments.record(curves={name: {"x": [...], "y":
+[...], "xlabel": ..., "ylabel": ...}})``; they land in the run's ``metrics.json``. The view
+lists the runs under ``reports/runs`` that have curves (newest first, one notebook or all),
+and overlays the chosen curve of every selected run.
+
+    CompareView(notebook="04_policy_improvement.ipynb").show()
+"""
+
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+from lab.experiments.records import read_metrics, run_dir
+from lab.experiments.report import load_runs
+
+
+def default_reports_dir() -> Path:
+    """``reports/`` of this project: the runner's run folder's grandparent, else the first
+    ``reports`` folder with runs in the working directory or above it."""
+    if (folder := run_dir()) is not None:
+        return folder.parent.parent
+    here = Path.cwd().resolve()
+    for parent in (here, *here.parents):
+        if (parent / "reports" / "runs").is_dir():
+            return parent / "reports"
+    return Path("reports")
+
+
+def runs_with_curves(reports: Path, notebook: str | None = None) -> list[dict[str, Any]]:
+    """Runs (newest first) whose metrics hold curves, each with its ``curves`` and a label."""
+    found = []
+    for run in load_runs(Path(reports)):
+        if notebook is not None and run.get("notebook") != notebook:
+            continue
+        folder = Path(reports) / "runs" / Path(run.get("run_dir", "")).name
+        curves = read_metrics(folder).get("curves")
+        if not curves:
+            continue
+        overrides = ", ".join(f"{k}={v}" for k, v in (run.get("overrides") or {}).items())
+        run["label"] = (f"{run.get('started', '')[:16].replace('T', ' ')} "
+                        f"{run.get('notebook', '')} [{run.get('status')}] {overrides}").strip()
+        run["curves"] = curves
+        found.append(run)
+    return found
+
+
+def draw_overlay(figure: Figure, runs: list[dict[str, Any]], curve: str) -> None:
+    ax = figure.add_subplot()
+    for i, run in enumerate(runs):
+        c = run["curves"].get(curve)
+        if c is None:
+            continue
+        ax.plot(c["x"], c["y"], color=f"C{i % 10}", label=run["label"])
+        ax.set(xlabel=c.get("xlabel", ""), ylabel=c.get("ylabel", ""),
+               xscale=c.get("xscale", "linear"))
+    ax.set_title(curve)
+    if ax.lines:
+        ax.legend(fontsize=7)
+    figure.tight_layout()
+
+
+class CompareView:
+    """A list of finished runs, a curve name, and their overlay."""
+
+    def __init__(self, reports: str | os.PathLike | None = None, notebook: str | None = None,
+                 *, figsize: tuple[float, float] = (9.0, 3.5)):
+        self.reports = Path(reports) if reports is not None else default_reports_dir()
+        self.notebook, self.figsize = notebook, figsize
+        self.runs = runs_with_curves(self.reports, notebook)
+        self.select = widgets.SelectMultiple(
+            options=[(r["label"], i) for i, r in enumerate(self.runs)],
+            value=tuple(range(min(3, len(self.runs)))), rows=6, description="runs",
+            layout=widgets.Layout(width="95%"))
+        self.curve = widgets.Dropdown(options=self._curve_names(), description="curve")
+        self.image = widgets.Image(format="png")
+        self.select.observe(lambda _: self._refresh(), names="value")
+        self.curve.observe(lambda _: self.draw(), names="value")
+        note = widgets.HTML(f"{len(self.runs)} finished run(s) with curves in "
+                            f"<code>{self.reports}/runs</code>")
+        self.widget = widgets.VBox([note, self.select, self.curve, self.image])
+        self.draw()
+
+    def selected(self) -> list[dict[str, Any]]:
+        return [self.runs[i] for i in self.select.value]
+
+    def _curve_names(self) -> list[str]:
+        names = []
+        for run in self.selected():
+            names += [n for n in run["curves"] if n not in names]
+        return names
+
+    def _refresh(self) -> None:
+        names = self._curve_names()
+        keep = self.curve.value if self.curve.value in names else (names[0] if names else None)
+        self.curve.options = names
+        self.curve.value = keep
+        self.draw()
+
+    def png(self) -> bytes:
+        figure = Figure(figsize=self.figsize)
+        if self.curve.value is not None:
+            draw_overlay(figure, self.selected(), self.curve.value)
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=80)
+        return buffer.getvalue()
+
+    def draw(self) -> None:
+        self.image.value = self.png()
+
+    def show(self, headless: bool | None = None):
+        """The live widget, or (headless) the overlay of the selected runs as an image."""
+        from IPython.display import Image
+
+        from lab.widgets.panel import is_headless
+
+        if not (is_headless() if headless is None else headless):
+            return self.widget
+        return Image(self.png())
