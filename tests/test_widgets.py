@@ -180,3 +180,24 @@ def test_compare_view_overlays_recorded_curves_of_picked_runs(tmp_path):
     assert list(view.curve.options) == ["mpo"]
     assert len(CompareView(tmp_path).runs) == 3
     assert isinstance(view.show(headless=True), Image)
+
+
+SAC_PARAMS = dict(preset="default", env="pendulum_swingup", image_size=16, action_repeat=50,
+                  steps=40, init_steps=20, eval_every=20, eval_episodes=1, seeds=1,
+                  batch_size=4, hidden_dim=16, num_filters=4, replay_capacity=1000,
+                  variants=["sac_ae", "pixel_sac"])
+
+
+def test_sac_ae_panel_trains_and_shows_reconstructions(tmp_path):
+    from lab.widgets.sac_ae_panel import sac_ae_panel
+
+    panel = sac_ae_panel(SAC_PARAMS)
+    panel.min_interval = 0.0
+    panel.controls.widgets["steps"].value = 50
+    assert panel.run() is False and "multiple of" in panel.controls.errors["steps"].value
+    panel.controls.widgets["steps"].value = 40
+    assert panel.run() is True
+    assert panel.wait(300) and panel.state == "done", panel.error
+    setup, run = panel.result
+    assert run.variant == "sac_ae" and panel.draws >= 2
+    assert panel.data["reconstructions"].shape == panel.data["frames"].shape

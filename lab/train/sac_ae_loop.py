@@ -256,7 +256,7 @@ def train(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig, key: jax.Arra
     a later call with the same file, configuration and key resumes from there (a finished
     checkpoint returns at once). ``stop_after`` ends this call after that many chunks (the
     tests use it to interrupt a run); ``on_eval(step, returns)`` is called after each
-    evaluation (live plots)."""
+    evaluation (live plots) and stops the run by returning ``False``."""
     check(env, agent_config, loop)
     state = init(env, agent_config, loop, key)
     history = _empty_history(loop)
@@ -289,8 +289,9 @@ def train(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig, key: jax.Arra
         if checkpoint is not None:
             checkpoints.save(checkpoint, (state, history.arrays()), done=done,
                              seconds=history.seconds, **header)
-        if on_eval is not None:
-            on_eval(done * loop.eval_every, history.eval_returns[done])
+        if on_eval is not None and on_eval(done * loop.eval_every,
+                                           history.eval_returns[done]) is False:
+            break
     return state, history
 
 

@@ -25,14 +25,14 @@ from lab.widgets.panel import Panel
 
 CONTROLS = (
     Control("agent", str, options=pi.AGENTS),
-    Control("depth", int, 0, 3),
-    Control("branching", int, 1, 32, description="branching M"),
+    Control("depth", int, 0, 4),
+    Control("branching", int, 1, 64, description="branching M"),
     Control("model", str, options=MODELS),
     Control("search_in", str, options=SEARCH_IN),
-    Control("updates_per_step", int, 1, 8),
-    Control("seeds", int, 1, 8),
-    Control("total_steps", int, 100, 100_000),
-    Control("eval_every", int, 50, 10_000),
+    Control("updates_per_step", int, 1, 16),
+    Control("seeds", int, 1),
+    Control("total_steps", int, 1),
+    Control("eval_every", int, 1),
 )
 
 
