@@ -8,7 +8,6 @@ and overlays the chosen curve of every selected run.
     CompareView(notebook="04_policy_improvement.ipynb").show()
 """
 
-import io
 import os
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from matplotlib.figure import Figure
 
 from lab.experiments.records import read_metrics, run_dir
 from lab.experiments.report import load_runs
+from lab.widgets.panel import figure_png, is_headless
 
 
 def default_reports_dir() -> Path:
@@ -106,9 +106,7 @@ class CompareView:
         figure = Figure(figsize=self.figsize)
         if self.curve.value is not None:
             draw_overlay(figure, self.selected(), self.curve.value)
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=80)
-        return buffer.getvalue()
+        return figure_png(figure)
 
     def draw(self) -> None:
         self.image.value = self.png()
@@ -117,7 +115,6 @@ class CompareView:
         """The live widget, or (headless) the overlay of the selected runs as an image."""
         from IPython.display import Image
 
-        from lab.widgets.panel import is_headless
 
         if not (is_headless() if headless is None else headless):
             return self.widget

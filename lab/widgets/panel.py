@@ -33,6 +33,13 @@ from lab.widgets.controls import Controls
 STATES = ("idle", "running", "paused", "stopped", "done", "failed")
 
 
+def figure_png(figure: Figure, dpi: int = 80) -> bytes:
+    """A matplotlib figure as PNG bytes (for an ``ipywidgets.Image``)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    return buffer.getvalue()
+
+
 def is_headless() -> bool:
     """True under the ``lab`` runner and under papermill (no live front end): JupyterLab's
     server names the kernel's session in ``JPY_SESSION_NAME``; batch runs do not."""
@@ -169,9 +176,7 @@ class Panel:
         return figure
 
     def png(self) -> bytes:
-        buffer = io.BytesIO()
-        self.figure().savefig(buffer, format="png", dpi=80, bbox_inches="tight")
-        return buffer.getvalue()
+        return figure_png(self.figure())
 
     def redraw(self) -> None:
         self._last_draw = time.monotonic()

@@ -11,7 +11,6 @@ of an evaluation episode of the newest agent and shows ``improved_policy`` there
 """
 
 import dataclasses
-import io
 from typing import Any
 
 import ipywidgets as widgets
@@ -21,7 +20,7 @@ from matplotlib.figure import Figure
 from lab.experiments import policy_improvement as pi
 from lab.train.mpo import MODELS, SEARCH_IN
 from lab.widgets.controls import Control, Controls
-from lab.widgets.panel import Panel
+from lab.widgets.panel import Panel, figure_png
 
 CONTROLS = (
     Control("agent", str, options=pi.AGENTS),
@@ -122,9 +121,7 @@ class ImprovedPolicyViewer:
         ax.set_title(f"t = {t}, eta = {q['temperature']:.3g}")
         ax.legend(fontsize=8)
         figure.tight_layout()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=80)
-        self.image.value = buffer.getvalue()
+        self.image.value = figure_png(figure)
         self.image.layout.display = ""
         self.message.value = ""
         return True
