@@ -111,7 +111,7 @@ def test_mpo_train_tiny_run_shapes():
     assert np.all(np.isfinite(history.returns))
     assert np.all(np.diff(history.seconds) > 0)
     assert history.metrics["kl_mean"].shape == (2, 2, 1)
-    assert np.isnan(history.metrics["critic_loss"][:, 0]).all() is np.False_  # step 8.. learns
+    assert np.all(np.isfinite(history.metrics["critic_loss"]))  # updates from step 8 on
     assert seen == [2, 3]
 
 

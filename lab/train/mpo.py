@@ -163,12 +163,23 @@ class Agent(eqx.Module):
     updates: jax.Array
 
 
+def policy_and_duals_optimizer(policy_lr: float, dual_lr: float) -> optax.GradientTransformation:
+    """Adam over a ``(policy, duals)`` pair, with its own learning rate for each."""
+    return optax.multi_transform({"policy": optax.adam(policy_lr), "duals": optax.adam(dual_lr)},
+                                 ("policy", "duals"))
+
+
+def copy_on_schedule(updates: jax.Array, period: int, new, old):
+    """``new`` when ``updates`` is a multiple of ``period``, else ``old`` (target networks);
+    a select, so it runs inside jit and vmap."""
+    copy = updates % period == 0
+    return jax.tree.map(lambda n, o: jnp.where(copy, n, o) if eqx.is_array(n) else n, new, old)
+
+
 def _optimizers(config: MPOConfig):
     """Adam for the policy and duals together (two learning rates), critic, model."""
-    policy_and_duals = optax.multi_transform(
-        {"policy": optax.adam(config.policy_lr), "duals": optax.adam(config.dual_lr)},
-        ("policy", "duals"))
-    return policy_and_duals, optax.adam(config.critic_lr), optax.adam(config.model_lr)
+    return (policy_and_duals_optimizer(config.policy_lr, config.dual_lr),
+            optax.adam(config.critic_lr), optax.adam(config.model_lr))
 
 
 def init_agent(config: MPOConfig, task: ControlTask, key: jax.Array) -> Agent:
@@ -287,10 +298,8 @@ def update(config: MPOConfig, task: ControlTask, agent: Agent, batch: nstep_repl
         model = eqx.apply_updates(agent.model, m_updates)
 
     updates = agent.updates + 1
-    copy = updates % config.target_period == 0
-    target_policy, target_critic = jax.tree.map(
-        lambda new, old: jnp.where(copy, new, old) if eqx.is_array(new) else new,
-        (policy, critic), (agent.target_policy, agent.target_critic))
+    target_policy, target_critic = copy_on_schedule(
+        updates, config.target_period, (policy, critic), (agent.target_policy, agent.target_critic))
     agent = Agent(policy, critic, model, target_policy, target_critic, duals, opt_policy,
                   opt_critic, opt_model, updates)
     metrics = {"critic_loss": c_loss, "policy_loss": p_loss, "model_loss": m_loss,

@@ -37,14 +37,14 @@ from lab.envs.control import ControlTask
 from lab.models.policy import GaussianPolicy, ValueCritic
 from lab.rl import mpo as mpo_losses
 from lab.rl.vmpo import vmpo_loss
+from lab.train.mpo import copy_on_schedule, policy_and_duals_optimizer
 from lab.train.rl_loop import History, run_seeds
 
 
 @dataclasses.dataclass(frozen=True)
 class VMPOConfig:
     """Hyperparameters of V-MPO: the KL bounds are in the paper's ranges; the sizes and rates
-    are CPU-sized and learn Pendulum-v1 (5 seeds average about -190 to -215 after 1M steps
-    per seed, about 80 s of training for 5 seeds on 2 CPU cores)."""
+    are CPU-sized for Pendulum-v1 (measured in ``benchmarks/RESULTS.md``, issue 6)."""
 
     widths: tuple[int, ...] = (64, 64)
     """Hidden widths of the policy and value torsos."""
@@ -185,10 +185,8 @@ class Agent(eqx.Module):
 
 def _optimizers(config: VMPOConfig):
     """Adam for the policy and duals together (two learning rates), and for the value."""
-    policy_and_duals = optax.multi_transform(
-        {"policy": optax.adam(config.policy_lr), "duals": optax.adam(config.dual_lr)},
-        ("policy", "duals"))
-    return policy_and_duals, optax.adam(config.value_lr)
+    return (policy_and_duals_optimizer(config.policy_lr, config.dual_lr),
+            optax.adam(config.value_lr))
 
 
 def init_agent(config: VMPOConfig, task: ControlTask, key: jax.Array) -> Agent:
@@ -201,10 +199,9 @@ def init_agent(config: VMPOConfig, task: ControlTask, key: jax.Array) -> Agent:
                                   alpha_stddev=config.init_alpha_stddev,
                                   per_dim=config.per_dim)
     opt_pd, opt_v = _optimizers(config)
-    params = eqx.filter
     return Agent(policy, value, policy, duals,
-                 opt_pd.init((params(policy, eqx.is_array), duals)),
-                 opt_v.init(params(value, eqx.is_array)), jnp.zeros((), jnp.int32))
+                 opt_pd.init((eqx.filter(policy, eqx.is_array), duals)),
+                 opt_v.init(eqx.filter(value, eqx.is_array)), jnp.zeros((), jnp.int32))
 
 
 def update(config: VMPOConfig, agent: Agent, rollout: Rollout) -> tuple[Agent, dict]:
@@ -243,10 +240,7 @@ def update(config: VMPOConfig, agent: Agent, rollout: Rollout) -> tuple[Agent, d
     policy, duals = eqx.apply_updates((agent.policy, agent.duals), pd_updates)
 
     updates = agent.updates + 1
-    copy = updates % config.target_period == 0
-    target_policy = jax.tree.map(
-        lambda new, old: jnp.where(copy, new, old) if eqx.is_array(new) else new,
-        policy, agent.target_policy)
+    target_policy = copy_on_schedule(updates, config.target_period, policy, agent.target_policy)
     agent = Agent(policy, value, target_policy, duals, opt_policy, opt_value, updates)
     metrics = {"value_loss": v_loss, "policy_loss": p_loss, "temperature": aux.temperature,
                "kl_mean": aux.m_step.kl_mean, "kl_stddev": aux.m_step.kl_stddev,
