@@ -1,5 +1,8 @@
 """The reproduction's bookkeeping: presets, divergence, tuning and the verdict."""
 
+import json
+from dataclasses import replace
+
 import equinox as eqx
 import jax
 import numpy as np
@@ -11,8 +14,10 @@ from lab.experiments.proxprop import (
     Comparison,
     apply_preset,
     configure,
+    curves,
     describe,
     diverged,
+    side_by_side,
     tuned_index,
     verdict,
 )
@@ -78,6 +83,7 @@ def test_apply_preset_overrides_and_rejects_unknown_names():
     ({"arch": "rnn"}, "unknown arch 'rnn'"), ({"optimizer": "lbfgs"}, "unknown optimizer"),
     ({"tau": 0.0}, "tau must be a positive number"), ({"solver": "cgx"}, "unknown ProxProp"),
     ({"epochs": 0}, "epochs must be at least 1"),
+    ({"arch": "conv", "solver": "exact"}, "solver 'exact' handles Linear layers only"),
 ])
 def test_proxprop_config_rejects_bad_values(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -157,3 +163,33 @@ def test_describe_states_each_verdict_with_its_numbers():
     assert "Faster per epoch: holds" in text and "Stable where BackProp diverges: holds" in text
     assert "after epoch 1 0.5 against 1," in text and "losses were [0.2]" in text
     assert "(2.00x)" in text
+
+
+def test_side_by_side_is_make_train_one_epoch_at_a_time_and_stops_on_request():
+    setup = configure(**DEFAULTS | {"epochs": 3, "batch_size": 30, "dataset": "iris"})
+    x, y = load("iris", "train")
+    data = (x, y, x, y)
+    runs = side_by_side(setup, data, seed=2)
+    backprop = replace(setup.config, solver="gradient")
+    for name, config, lr in (("BackProp", backprop, setup.backprop_lr),
+                             ("ProxProp", setup.config, setup.lr)):
+        whole = make_train(config, *data)(jax.random.fold_in(jax.random.key(0), 2), lr)
+        model, curves = runs[name]
+        for got, want in zip(curves, whole, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5)
+        assert np.isclose(cross_entropy(jax.vmap(model)(x), y)[0], curves.train_loss[-1],
+                          rtol=1e-5)
+    seen = []
+    stopped = side_by_side(setup, data, callback=lambda epoch, c: seen.append(epoch) or False)
+    assert seen == [1] and stopped["ProxProp"][1].train_loss.shape == (2,)
+
+
+def test_recorded_curves_are_the_tuned_runs_means():
+    lrs = np.array([0.1, 1.0])
+    loss = np.array([[[2.0, 1.0], [2.0, 0.5]], [[2.0, 1.2], [2.0, 0.7]]])  # (seeds, lrs, 2)
+    c = Curves(loss, loss, 1 - loss / 2)
+    result = Comparison(lrs, c, c, 1.0, 1.0)
+    recorded = curves(result)
+    tuned = recorded["ProxProp training loss (tuned lr)"]
+    assert tuned["x"] == [0, 1] and tuned["y"] == [2.0, 0.6]
+    assert json.loads(json.dumps(recorded)) == recorded

@@ -201,3 +201,25 @@ def test_sac_ae_panel_trains_and_shows_reconstructions(tmp_path):
     setup, run = panel.result
     assert run.variant == "sac_ae" and panel.draws >= 2
     assert panel.data["reconstructions"].shape == panel.data["frames"].shape
+
+
+PP_PARAMS = dict(preset="default", dataset="iris", arch="mlp", hidden=[8], solver="exact",
+                 optimizer="nesterov", lr=1.0, backprop_lr=0.05, tau=0.05, epochs=3,
+                 batch_size=30, seeds=1, lr_grid=[0.1])
+
+
+def test_proxprop_panel_trains_both_side_by_side_and_refuses_bad_values():
+    from lab.widgets.proxprop_panel import proxprop_panel
+
+    panel = proxprop_panel(PP_PARAMS)
+    panel.min_interval = 0.0
+    panel.controls.widgets["arch"].value = "conv"  # the exact solver needs Linear layers
+    assert panel.run() is False and "cg3" in panel.controls.errors["solver"].value
+    panel.controls.widgets["arch"].value = "mlp"
+    assert panel.run() is True
+    assert panel.wait(120) and panel.state == "done", panel.error
+    assert set(panel.result) == {"BackProp", "ProxProp"} and panel.draws >= 2
+    model, curves = panel.result["ProxProp"]
+    assert curves.train_loss.shape == (4,) and curves.train_loss[-1] < curves.train_loss[0]
+    assert set(panel.data["live"]) == {"BackProp", "ProxProp"}
+    assert isinstance(panel.show(headless=True), Image)

@@ -6,13 +6,16 @@ diverges. Both methods train over the same grid of step sizes and seeds; the tun
 size of each is the one with the lowest mean final training loss.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import jax
 import numpy as np
 
 from lab.data import DATASETS, load
-from lab.train.proxprop import Curves, ProxPropConfig, as_inputs, seconds_per_epoch, train_grid
+from lab.train.proxprop import (Curves, ProxPropConfig, as_inputs, make_epochs, seconds_per_epoch,
+                                train_grid)
 
 # The paper's set-ups (they need CIFAR-10 in the data cache: lab.data.load("cifar10")).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -103,6 +106,64 @@ def compare(setup: Setup, data) -> Comparison:
         backprop_seconds_per_epoch=seconds_per_epoch(backprop, data, setup.backprop_lr),
         proxprop_seconds_per_epoch=seconds_per_epoch(setup.config, data, setup.lr),
     )
+
+
+def side_by_side(setup: Setup, data, seed: int = 0,
+                 callback: Callable[[int, dict[str, Curves]], bool | None] | None = None
+                 ) -> dict[str, tuple[Any, Curves]]:
+    """BackProp (at ``backprop_lr``) and ProxProp (at ``lr``) trained from the same seed, one
+    epoch of each in turn, with ``callback(epoch, {"BackProp": curves, "ProxProp": curves})``
+    after every epoch (the curves so far, shape (epoch + 1,)); it stops both when it returns
+    False. Returns ``{name: (model, curves)}``. Each method's run is
+    ``make_train(config)(fold_in(key(0), seed), lr)``, one epoch at a time."""
+    methods = {"BackProp": (replace(setup.config, solver="gradient"), setup.backprop_lr),
+               "ProxProp": (setup.config, setup.lr)}
+    runs = {}
+    for name, (config, lr) in methods.items():
+        epochs = make_epochs(config, *data)
+        init_key, data_key = jax.random.split(jax.random.fold_in(jax.random.key(0), seed))
+        state, first = jax.jit(epochs.init)(init_key, lr)
+        runs[name] = dict(epochs=epochs, step=jax.jit(epochs.epoch), state=state, lr=lr,
+                          keys=jax.random.split(data_key, config.epochs), curves=[first])
+
+    def so_far() -> dict[str, Curves]:
+        return {name: Curves(*np.asarray(run["curves"], np.float64).T)
+                for name, run in runs.items()}
+
+    for epoch in range(setup.config.epochs):
+        for run in runs.values():
+            run["state"], curves = run["step"](run["state"], run["lr"], run["keys"][epoch])
+            run["curves"].append(curves)
+        if callback is not None and callback(epoch + 1, so_far()) is False:
+            break
+    curves = so_far()
+    return {name: (run["epochs"].model(run["state"]), curves[name])
+            for name, run in runs.items()}
+
+
+def tuned_curves(result: Comparison) -> dict[str, tuple[float, Curves]]:
+    """Each method's step size with the lowest final training loss and its curves, averaged
+    over seeds: ``{"BackProp": (lr, curves), "ProxProp": (lr, curves)}``."""
+    out = {}
+    for name, curves in (("BackProp", result.backprop), ("ProxProp", result.proxprop)):
+        i = tuned_index(curves)
+        out[name] = (float(result.lrs[i]), Curves(*(c[:, i].mean(0) for c in curves)))
+    return out
+
+
+def curves(result: Comparison) -> dict[str, dict[str, Any]]:
+    """The tuned runs' mean curves against epochs, in the form ``record(curves=...)`` stores
+    for the compare view (``lab.widgets.compare``)."""
+    out = {}
+    for name, (lr, c) in tuned_curves(result).items():
+        epochs = list(range(len(c.train_loss)))
+        for label, values, ylabel in (("training loss", c.train_loss, "training loss"),
+                                      ("validation accuracy", c.val_accuracy,
+                                       "validation accuracy")):
+            out[f"{name} {label} (tuned lr)"] = {
+                "x": epochs, "y": [float(v) for v in values], "xlabel": "epoch",
+                "ylabel": ylabel}
+    return out
 
 
 def jax_to_numpy(curves: Curves) -> Curves:

@@ -3,11 +3,13 @@
 ``make_train(config, data)`` returns ``train(key, lr) -> Curves``: the whole run (every
 epoch, every minibatch, the full-batch evaluation after each epoch) in one function that
 ``jax.vmap`` maps over seeds and learning rates, so a step-size grid over several seeds
-is a single compiled call. BackProp is ``solver="gradient"``: the same forward pass,
+is a single compiled call. ``make_epochs`` gives the same run one epoch at a time (for
+the live panel). BackProp is ``solver="gradient"``: the same forward pass,
 taps and optimizer, only the hidden layers' directions differ.
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -59,6 +61,9 @@ class ProxPropConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         ProxProp(self.tau, self.solver)  # validates tau and solver
+        if self.arch == "conv" and self.solver == "exact":
+            raise ValueError("solver 'exact' handles Linear layers only; with arch 'conv' use "
+                             "cg3, cg5 or cg10")
 
     @property
     def prox(self) -> ProxProp:
@@ -115,39 +120,63 @@ def make_step(optimizer: optax.GradientTransformation, prox: ProxProp, loss_fn=c
     return step
 
 
-def make_train(config: ProxPropConfig, x, y, x_val, y_val):
-    """``train(key, lr) -> Curves`` for inputs already shaped by :func:`as_inputs`."""
+class Epochs(NamedTuple):
+    """A run cut into epochs, for loops that report between them (the live panel).
+
+    ``init(key, lr) -> (state, Curves)``: a fresh model and optimizer state, and the curves
+    before training; ``epoch(state, lr, key) -> (state, Curves)``: one pass over the shuffled
+    training set, then the full-batch curves. ``state`` is ``(params, opt_state)``;
+    ``model(state)`` is the Equinox model it holds. Both are pure and can be jitted."""
+
+    init: Callable
+    epoch: Callable
+    model: Callable
+
+
+def make_epochs(config: ProxPropConfig, x, y, x_val, y_val) -> Epochs:
+    """:class:`Epochs` for inputs already shaped by :func:`as_inputs`."""
     x, y, x_val, y_val = (jnp.asarray(a) for a in (x, y, x_val, y_val))
     classes = int(max(y.max(), y_val.max())) + 1
     prox = config.prox
+    _, static = eqx.partition(build_model(config, x.shape[1:], classes, key=jax.random.key(0)),
+                              eqx.is_array)
 
-    def train(key, lr):
-        init_key, data_key = jax.random.split(key)
-        model = build_model(config, x.shape[1:], classes, key=init_key)
-        params, static = eqx.partition(model, eqx.is_array)
-        optimizer = make_optimizer(config, lr)
+    def curves(params) -> Curves:
+        model = eqx.combine(params, static)
+        train_loss = cross_entropy(jax.vmap(model)(x), y)[0]
+        val_loss, val = cross_entropy(jax.vmap(model)(x_val), y_val)
+        return Curves(train_loss, val_loss, val.accuracy)
 
-        def curves(params):
-            model = eqx.combine(params, static)
-            train_loss = cross_entropy(jax.vmap(model)(x), y)[0]
-            val_loss, val = cross_entropy(jax.vmap(model)(x_val), y_val)
-            return Curves(train_loss, val_loss, val.accuracy)
+    def init(key, lr):
+        params = eqx.filter(build_model(config, x.shape[1:], classes, key=key), eqx.is_array)
+        return (params, make_optimizer(config, lr).init(params)), curves(params)
 
-        step = make_step(optimizer, prox)
+    def epoch(state, lr, key):
+        step = make_step(make_optimizer(config, lr), prox)
 
-        def scan_step(carry, batch):
-            params, opt_state = carry
+        def scan_step(state, batch):
+            params, opt_state = state
             model, opt_state, _ = step(eqx.combine(params, static), opt_state, *batch)
             return (eqx.filter(model, eqx.is_array), opt_state), None
 
-        def epoch(carry, key):
-            carry, _ = jax.lax.scan(scan_step, carry, minibatches(key, x, y, config.batch_size))
-            return carry, curves(carry[0])
+        state, _ = jax.lax.scan(scan_step, state, minibatches(key, x, y, config.batch_size))
+        return state, curves(state[0])
 
+    return Epochs(init, epoch, lambda state: eqx.combine(state[0], static))
+
+
+def make_train(config: ProxPropConfig, x, y, x_val, y_val):
+    """``train(key, lr) -> Curves`` for inputs already shaped by :func:`as_inputs`: every
+    epoch of :func:`make_epochs` in one ``lax.scan``."""
+    epochs = make_epochs(config, x, y, x_val, y_val)
+
+    def train(key, lr):
+        init_key, data_key = jax.random.split(key)
+        state, first = epochs.init(init_key, lr)
         keys = jax.random.split(data_key, config.epochs)
-        _, history = jax.lax.scan(epoch, (params, optimizer.init(params)), keys)
+        _, history = jax.lax.scan(lambda state, key: epochs.epoch(state, lr, key), state, keys)
         return jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]),
-                            curves(params), history)
+                            first, history)
 
     return train
 
