@@ -14,8 +14,14 @@ import jax
 import numpy as np
 
 from lab.data import DATASETS, load
-from lab.train.proxprop import (Curves, ProxPropConfig, as_inputs, make_epochs, seconds_per_epoch,
-                                train_grid)
+from lab.train.proxprop import (
+    Curves,
+    ProxPropConfig,
+    as_inputs,
+    make_epochs,
+    seconds_per_epoch,
+    train_grid,
+)
 
 # The paper's set-ups (they need CIFAR-10 in the data cache: lab.data.load("cifar10")).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -155,7 +161,7 @@ def curves(result: Comparison) -> dict[str, dict[str, Any]]:
     """The tuned runs' mean curves against epochs, in the form ``record(curves=...)`` stores
     for the compare view (``lab.widgets.compare``)."""
     out = {}
-    for name, (lr, c) in tuned_curves(result).items():
+    for name, (_, c) in tuned_curves(result).items():
         epochs = list(range(len(c.train_loss)))
         for label, values, ylabel in (("training loss", c.train_loss, "training loss"),
                                       ("validation accuracy", c.val_accuracy,

@@ -13,7 +13,6 @@ run at its tuned step size (dotted), and both validation accuracies in a third.
 
 from typing import Any
 
-import numpy as np
 from matplotlib.figure import Figure
 
 from lab.experiments import proxprop as experiment
