@@ -3,6 +3,7 @@
 import threading
 import time
 
+import ipywidgets as widgets
 import pytest
 from IPython.display import Image
 
@@ -201,6 +202,15 @@ def test_sac_ae_panel_trains_and_shows_reconstructions(tmp_path):
     setup, run = panel.result
     assert run.variant == "sac_ae" and panel.draws >= 2
     assert panel.data["reconstructions"].shape == panel.data["frames"].shape
+    from lab.widgets.sac_ae_panel import EpisodeViewer
+
+    assert isinstance(panel.widget.children[-1].children[1].children[0], widgets.Play)
+
+    view = EpisodeViewer(panel)
+    assert view.load() and view.slider.max == len(view.pngs) - 1 == 1000 // 50
+    view.slider.value = 3
+    assert view.image.value == view.pngs[3] and view.image.value[:4] == b"\x89PNG"
+    assert "reconstruction" in view.message.value
 
 
 PP_PARAMS = dict(preset="default", dataset="iris", arch="mlp", hidden=[8], solver="exact",

@@ -220,6 +220,20 @@ def verdict(setup: Setup, runs: list[Run], random: np.ndarray) -> dict[str, Any]
     return m
 
 
+def curves(setup: Setup, runs: list[Run]) -> dict[str, dict[str, Any]]:
+    """Each variant's evaluation return (mean over seeds) against environment steps, in the
+    form ``record(curves=...)`` stores for the compare view (``lab.widgets.compare``)."""
+    out = {}
+    for variant in setup.variants:
+        mine = [r for r in runs if r.variant == variant]
+        if mine:
+            y = np.mean([r.history.eval_returns.mean(1) for r in mine], axis=0)
+            out[variant] = {"x": (mine[0].history.eval_steps * setup.action_repeat).tolist(),
+                            "y": y.tolist(), "xlabel": "environment steps",
+                            "ylabel": "evaluation return"}
+    return out
+
+
 def describe(m: dict[str, Any]) -> str:
     """The conclusions as Markdown, every number from ``m``."""
     def score(variant):

@@ -8,13 +8,18 @@ Training runs one variant for one seed with the controls' values and the noteboo
 parameters (``lab.experiments.sac_ae.train``, checkpointed: the same configuration resumes);
 the figure shows the evaluation return against environment steps beside the notebook's runs,
 and, once a run has finished, the newest frames of an evaluation episode above their
-reconstructions.
+reconstructions. Below it, ``EpisodeViewer`` plays an evaluation episode of the newest agent
+(the notebook's until a panel run replaces it) frame by frame, the observation beside the
+decoder's reconstruction.
 """
 
+import io
 from typing import Any
 
+import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.image import imsave
 
 from lab import envs
 from lab.experiments import sac_ae as experiment
@@ -102,5 +107,68 @@ def sac_ae_panel(params: dict[str, Any], runs: list | None = None) -> Panel:
     panel = Panel("SAC-AE: soft actor-critic from pixels with an autoencoder", controls, train,
                   draw, validate=setup_of, figsize=(9.0, 6.0))
     if earlier:
-        panel.set_result({"runs": earlier})
+        newest = max(runs, key=lambda r: (r.variant == first_variant,
+                                          r.history.eval_returns[-1].mean()))
+        panel.set_result({"runs": earlier}, result=(setup0, newest))
+    viewer = EpisodeViewer(panel)
+    panel.widget.children = (*panel.widget.children, viewer.widget)
     return panel
+
+
+def frame_png(observation: np.ndarray, reconstruction: np.ndarray | None, scale: int = 4) -> bytes:
+    """The newest frame of an observation, beside its reconstruction when there is one, as
+    PNG bytes, each pixel drawn ``scale`` x ``scale``."""
+    images = [observation] if reconstruction is None else [observation, reconstruction]
+    gap = np.full((observation.shape[0], 2, 3), 255, np.uint8)
+    row = np.concatenate([images[0], *(x for r in images[1:] for x in (gap, r))], axis=1)
+    buffer = io.BytesIO()
+    imsave(buffer, np.repeat(np.repeat(row, scale, 0), scale, 1), format="png")
+    return buffer.getvalue()
+
+
+class EpisodeViewer:
+    """An evaluation episode of the panel's newest agent, frame by frame: a Play button and a
+    slider over its steps, the observation's newest frame beside the decoder's reconstruction
+    (SAC-AE; pixel SAC has no decoder, so the frame alone)."""
+
+    def __init__(self, panel: Panel):
+        self.panel = panel
+        self.button = widgets.Button(description="Show an evaluation episode",
+                                     layout=widgets.Layout(width="auto"))
+        self.play = widgets.Play(min=0, max=0, interval=100, description="play")
+        self.slider = widgets.IntSlider(value=0, min=0, max=0, description="step",
+                                        continuous_update=True)
+        widgets.jslink((self.play, "value"), (self.slider, "value"))
+        self.image = widgets.Image(format="png", layout=widgets.Layout(display="none"))
+        self.message = widgets.HTML("")
+        self.pngs: list[bytes] = []
+        self.button.on_click(lambda _: self.load())
+        self.slider.observe(lambda change: self.show(change["new"]), names="value")
+        self.widget = widgets.VBox([widgets.HBox([self.button, self.message]),
+                                    widgets.HBox([self.play, self.slider]), self.image])
+
+    def load(self) -> bool:
+        """Run one deterministic episode of the newest agent and draw every step's frames;
+        False (with a message) when there is no agent to run."""
+        if self.panel.state in ("running", "paused") or self.panel.result is None:
+            self.message.value = "run (or wait for) a training first"
+            return False
+        setup, run = self.panel.result
+        total, frames = experiment.evaluation_episode(setup, run)
+        obs = experiment.observations(frames, list(range(len(frames))), setup.loop.num_frames)
+        recon = (experiment.reconstructions(run, obs)
+                 if setup.agent_config(run.variant).decoder else [None] * len(obs))
+        self.pngs = [frame_png(o[..., -3:], r) for o, r in zip(obs, recon, strict=True)]
+        self.play.max = self.slider.max = len(self.pngs) - 1
+        self.message.value = (f"{run.variant} seed {run.seed}: return {total:.1f} over "
+                              f"{len(frames) - 1} steps"
+                              + (" (left: observation, right: reconstruction)"
+                                 if recon[0] is not None else ""))
+        self.image.layout.display = ""
+        self.slider.value = 0
+        self.show(0)
+        return True
+
+    def show(self, step: int) -> None:
+        if self.pngs:
+            self.image.value = self.pngs[min(step, len(self.pngs) - 1)]
