@@ -169,21 +169,34 @@ def checkpoint_path(setup: Setup, learner: str, seed: int) -> Path:
     return checkpoint.default_dir() / "vsml" / f"{learner}-{digest}-seed{seed}.eqx"
 
 
-def meta_train(setup: Setup, learner: str, seed: int, *, every: int = 250) -> Trained:
+def meta_train(setup: Setup, learner: str, seed: int, *, every: int = 250,
+               callback=None) -> Trained:
     """Meta-train a 'vsml' or 'meta_rnn' learner on digits tasks, checkpointing every
     ``every`` iterations when ``setup.checkpoint`` (a rerun resumes), or load the shipped
-    VS-ML theta when ``setup.theta == 'shipped'``."""
+    VS-ML theta when ``setup.theta == 'shipped'``. ``callback(done, losses, accuracies,
+    learner)`` is called after every chunk of ``every`` iterations; returning False stops
+    meta-training there (the losses are NaN beyond)."""
     if learner == "vsml" and setup.theta == "shipped":
         return load_shipped(setup, seed)
     init_key, train_key = jax.random.split(jax.random.key(seed))
     path = checkpoint_path(setup, learner, seed) if setup.checkpoint else None
     done = checkpoint.read_info(path)["done"] if path is not None and path.exists() else 0
+    stopped = []  # where the callback stopped meta-training, if it did
+
+    def watched(finished, *history):
+        go_on = callback(finished, *history)
+        if go_on is False and finished < setup.meta.iterations:
+            stopped.append(finished)
+        return go_on
+
     train = make_meta_train(setup.learner_config(learner), digits_source(setup, setup.steps))
     model, (losses, _) = train(build(setup, learner, init_key), train_key, checkpoint=path,
-                               every=every)
+                               every=every, callback=None if callback is None else watched)
     origin = "meta-trained" if not done else f"resumed from iteration {done} of {path}"
     if done == setup.meta.iterations:
         origin = f"loaded finished checkpoint {path}"
+    if stopped:
+        origin += f", stopped after {stopped[0]} of {setup.meta.iterations} iterations"
     return Trained(model, losses, origin)
 
 
@@ -257,6 +270,26 @@ def online_correct(run, source: TaskSource, key: jax.Array, episodes: int, *args
 def online_accuracy(run, source: TaskSource, key: jax.Array, episodes: int, *args) -> np.ndarray:
     """Accuracy at each step of the stream, averaged over ``episodes`` fresh tasks: (T,)."""
     return np.asarray(online_correct(run, source, key, episodes, *args)[0]).mean(0)
+
+
+def recorded_curves(trained: dict[str, list[Trained]],
+                    accuracy: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
+    """The curves ``record(curves=...)`` stores for the compare view (``lab.widgets.compare``),
+    as plain lists of floats: each learner's meta-training loss per iteration (mean over
+    seeds), and VS-ML's online accuracy per step of the stream on each meta-test task (mean
+    over seeds; ``accuracy[task]["vsml"]`` is (seeds, T))."""
+    out = {}
+    for name, runs in trained.items():
+        loss = np.mean([r.losses for r in runs], axis=0)
+        out[f"{name} meta-training loss"] = {
+            "x": list(range(1, len(loss) + 1)), "y": [float(v) for v in loss],
+            "xlabel": "meta-iteration", "ylabel": "online cross-entropy on digits"}
+    for task, by_learner in accuracy.items():
+        mean = np.mean(np.atleast_2d(by_learner["vsml"]), axis=0)
+        out[f"vsml online accuracy on {task}"] = {
+            "x": list(range(1, len(mean) + 1)), "y": [float(v) for v in mean],
+            "xlabel": "step of the stream", "ylabel": "online accuracy"}
+    return out
 
 
 def seen_before(ys: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ inside ``lax.scan`` (in checkpointed chunks if asked), for either method:
   Schmidhuber 2021).
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import equinox as eqx
@@ -90,9 +90,47 @@ def es_gradient(loss_fn, params, key: jax.Array, population: int, sigma: float):
     return unravel(grad), losses.mean()
 
 
+def _optimizer(config: MetaConfig) -> optax.GradientTransformation:
+    if config.method == "gradient":
+        return optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(config.lr))
+    return optax.adam(config.lr)
+
+
+@eqx.filter_jit
+def _iterations(config: MetaConfig, source: TaskSource, learner, opt_state, key: jax.Array,
+                first: jax.Array, count: int):
+    """Meta-iterations ``first .. first + count - 1`` in one ``lax.scan``. At module level,
+    with the configuration static and the data traced, so that every call of the same
+    configuration and shapes (seeds, reruns, chunks) shares one compilation."""
+    optimizer = _optimizer(config)
+    params, static = eqx.partition(learner, eqx.is_array)
+
+    def loss(params, key):
+        return meta_loss(eqx.combine(params, static), source, key, config.tasks)
+
+    def iteration(carry, i):
+        params, opt_state = carry
+        k_iteration = jax.random.fold_in(key, i)
+        if config.method == "gradient":
+            (value, accuracy), grads = jax.value_and_grad(loss, has_aux=True)(
+                params, k_iteration)
+        else:
+            k_tasks, k_noise = jax.random.split(k_iteration)
+            # every member of the population sees the same tasks (common random numbers)
+            grads, value = es_gradient(lambda p: loss(p, k_tasks)[0], params, k_noise,
+                                       config.population, config.sigma)
+            accuracy = jnp.nan  # not measured for the population
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), (value, accuracy)
+
+    (params, opt_state), history = jax.lax.scan(
+        iteration, (params, opt_state), first + jnp.arange(count))
+    return eqx.combine(params, static), opt_state, history
+
+
 def make_meta_train(config: MetaConfig, source: TaskSource):
-    """``meta_train(learner, key, *, checkpoint=None, every=None) -> (learner, (losses,
-    accuracies))``, one value per meta-iteration (numpy arrays).
+    """``meta_train(learner, key, *, checkpoint=None, every=None, callback=None) -> (learner,
+    (losses, accuracies))``, one value per meta-iteration (numpy arrays).
 
     ``learner`` is any module with the online interface ``learner(xs, ys, key) -> logits``
     (a :class:`VSMLNetwork`, a :class:`lab.models.MetaRNN`). Meta-iteration ``i`` draws its
@@ -101,40 +139,18 @@ def make_meta_train(config: MetaConfig, source: TaskSource):
     file path) the state (learner, optimizer, history) is saved after every chunk, and a
     later call with the same path, configuration and key resumes where it stopped; a
     finished checkpoint returns at once.
+
+    With ``callback``, ``callback(done, losses, accuracies, learner)`` is called after every
+    chunk with the history so far (``done`` iterations) and the learner then; when it
+    returns ``False`` meta-training stops there and returns that learner and the history,
+    NaN beyond ``done`` (a checkpoint holds what was done, so a later call resumes).
     """
-    if config.method == "gradient":
-        optimizer = optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(config.lr))
-    else:
-        optimizer = optax.adam(config.lr)
-
-    @eqx.filter_jit
-    def iterations(learner, opt_state, key: jax.Array, first: jax.Array, count: int):
-        params, static = eqx.partition(learner, eqx.is_array)
-
-        def loss(params, key):
-            return meta_loss(eqx.combine(params, static), source, key, config.tasks)
-
-        def iteration(carry, i):
-            params, opt_state = carry
-            k_iteration = jax.random.fold_in(key, i)
-            if config.method == "gradient":
-                (value, accuracy), grads = jax.value_and_grad(loss, has_aux=True)(
-                    params, k_iteration)
-            else:
-                k_tasks, k_noise = jax.random.split(k_iteration)
-                # every member of the population sees the same tasks (common random numbers)
-                grads, value = es_gradient(lambda p: loss(p, k_tasks)[0], params, k_noise,
-                                           config.population, config.sigma)
-                accuracy = jnp.nan  # not measured for the population
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), (value, accuracy)
-
-        (params, opt_state), history = jax.lax.scan(
-            iteration, (params, opt_state), first + jnp.arange(count))
-        return eqx.combine(params, static), opt_state, history
+    optimizer = _optimizer(config)
+    # the chunk does not depend on the run's length: runs of any length share a compilation
+    chunk_config = replace(config, iterations=1)
 
     def meta_train(learner, key: jax.Array, *, checkpoint: str | Path | None = None,
-                   every: int | None = None):
+                   every: int | None = None, callback=None):
         every = config.iterations if every is None else every
         if every < 1:
             raise ValueError(f"checkpoint interval must be at least 1 iteration, got {every}")
@@ -149,12 +165,15 @@ def make_meta_train(config: MetaConfig, source: TaskSource):
             history, done = np.array(history), info["done"]
         while done < config.iterations:
             count = min(every, config.iterations - done)
-            learner, opt_state, (losses, accuracies) = iterations(
-                learner, opt_state, key, jnp.asarray(done), count)
+            learner, opt_state, (losses, accuracies) = _iterations(
+                chunk_config, source, learner, opt_state, key, jnp.asarray(done), count)
             history[:, done:done + count] = np.asarray(losses), np.asarray(accuracies)
             done += count
             if checkpoint is not None:
                 checkpoints.save(checkpoint, (learner, opt_state, history), done=done, **header)
+            if callback is not None and callback(done, history[0, :done].copy(),
+                                                 history[1, :done].copy(), learner) is False:
+                break
         return learner, (history[0], history[1])
 
     return meta_train
