@@ -2,8 +2,11 @@
 
 ``Panel`` runs a training function in a background thread with Run / Pause / Stop, a
 progress bar and a throttled live figure; ``Controls`` are generated from ``Control`` specs
-(type and valid range per parameter). ``lab.widgets.policy_improvement_panel`` is the panel
-of the MPO / V-MPO / search family; import it from there (it imports JAX and the agents).
+(type and valid range per parameter). The model families' panels import JAX and their
+experiments, so import them from their modules: ``lab.widgets.proxprop_panel``,
+``lab.widgets.vsml_panel``, ``lab.widgets.sac_ae_panel``,
+``lab.widgets.policy_improvement_panel``; ``lab.widgets.compare.CompareView`` overlays
+finished runs.
 """
 
 from lab.widgets.controls import Control, Controls
