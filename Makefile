@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Rebuilt whenever the project's dependencies change.
 SETUP := $(VENV)/.setup-done
 
-.PHONY: setup reports test test-fast lab lint clean-reports
+.PHONY: setup reports test test-fast lab lint clean-reports sweep-demo
 
 $(SETUP): pyproject.toml scripts/system_deps.sh
 	scripts/system_deps.sh
@@ -20,6 +20,12 @@ setup: $(SETUP)
 ## Run every notebook in notebooks/ with its default parameters into reports/.
 reports: $(SETUP)
 	$(PY) -m lab run --all --out reports
+
+## A small HyperTrick sweep end to end on this machine (sweeps/mpo_pendulum.yaml, 2 workers):
+## trials under reports/sweeps/<name>/runs, the sweep's page at reports/sweeps/<name>.html.
+## The study's name must be new: `make clean-reports` removes the earlier demo.
+sweep-demo: $(SETUP)
+	$(PY) -m lab sweep run sweeps/mpo_pendulum.yaml --out reports
 
 ## The whole test suite, in parallel; notebooks run with smoke parameters.
 test: $(SETUP)
@@ -38,4 +44,4 @@ lint: $(SETUP)
 	$(VENV)/bin/ruff check lab tests benchmarks
 
 clean-reports:
-	rm -rf reports/runs reports/*.html
+	rm -rf reports/runs reports/*.html reports/sweeps

@@ -3,11 +3,13 @@
 #   libosmesa6: software OpenGL for MuJoCo's headless rendering (MUJOCO_GL=osmesa, lab.envs.dmc)
 #   chromium: the browser the JupyterLab end-to-end test drives with Playwright
 #             (tests/test_browser.py; Playwright's own browser downloads are not used)
+#   postgresql: the server tests/test_sweeps.py starts on 127.0.0.1 for a sweep shared by
+#               workers (the tests start and stop their own server in a temporary folder)
 # Without root or apt-get it prints one warning and succeeds; the tests that need a missing
 # package then skip and say what to install.
 set -euo pipefail
 
-PACKAGES=(libosmesa6 chromium)
+PACKAGES=(libosmesa6 chromium postgresql)
 
 missing=()
 for package in "${PACKAGES[@]}"; do

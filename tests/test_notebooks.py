@@ -26,7 +26,13 @@ SMOKE = {
     "04_policy_improvement": {"agent": "search", "depth": 1, "branching": 3, "model": "true",
                               "compare": False, "seeds": 2, "total_steps": 200,
                               "eval_every": 100, "widths": 8, "batch_size": 8},
+    "05_sweeps": {"trials": 1, "phases": 1, "total_steps": 100, "eval_every": 50, "workers": 1,
+                  "fixed": {"agent": "mpo", "compare": False, "seeds": 1, "widths": 8,
+                            "batch_size": 8}},
 }
+# Run once, not twice: a sweep's trials are whole notebook runs (about 30 s each), and the
+# sweep machinery's own checks are in test_sweeps.py.
+RUN_ONCE = {"05_sweeps"}
 # Metrics each notebook must record.
 HEADLINE = {
     "00_quickstart": {"test_accuracy", "test_loss", "train_loss"},
@@ -39,6 +45,8 @@ HEADLINE = {
                   "random_return", "sac_ae_final_return", "pixel_sac_final_return"},
     "04_policy_improvement": {"threshold", "search_d1_true_final_return",
                               "search_d1_true_steps_to_threshold", "search_d1_true_kl_mean"},
+    "05_sweeps": {"claim_at_least_as_good", "comparisons", "mean_hypertrick_best",
+                  "mean_random_best", "expected_survivors"},
 }
 
 
@@ -71,6 +79,8 @@ def test_notebook_runs_through_the_runner_deterministically(path, tmp_path):
     assert HEADLINE[path.stem] <= set(first.metrics)
     html = first.report.read_text()
     assert "status-ok" in html and "data:image/png" in html
+    if path.stem in RUN_ONCE:
+        return
     second = run_notebook(path, SMOKE[path.stem], out=out, progress=False)
     # same notebook, parameters and seed: the same metrics, wall-clock timings aside
     untimed = [{k: v for k, v in r.metrics.items() if "seconds" not in k} for r in (first, second)]
@@ -155,6 +165,8 @@ def test_sac_ae_bad_values_fail_before_any_kernel_starts(tmp_path, params, messa
     (["-p", "agent", "search", "-p", "model", "none"], "agent 'search' needs model"),
     (["-p", "total_steps", "1200"], "total_steps (1200) must be a multiple of eval_every"),
     (["-p", "env", "dmc:cartpole_swingup", "-p", "compare", "False"], "MuJoCo cannot"),
+    (["-p", "discount", "1.5"], "discount must be in (0, 1], got 1.5"),
+    (["-p", "learning_rate", "0"], "learning_rate must be positive"),
 ])
 def test_policy_improvement_bad_values_fail_before_any_kernel_starts(tmp_path, params, message,
                                                                      capsys):
@@ -165,4 +177,20 @@ def test_policy_improvement_bad_values_fail_before_any_kernel_starts(tmp_path, p
     assert main(["run", nb, *params, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("params, message", [
+    (["-p", "survival", "0"], "survival must be in (0, 1], got 0"),
+    (["-p", "total_steps", "1000"], "total_steps (1000) must be a multiple of phases x"),
+    (["-p", "space", "{'lr': {'type': 'uniform', 'low': 0, 'high': 1}}"],
+     "space names unknown parameter(s) lr of 04_policy_improvement.ipynb"),
+])
+def test_sweep_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
+    from lab.experiments.cli import main
+
+    out = tmp_path / "reports"
+    assert main(["run", str(ROOT / "notebooks/05_sweeps.ipynb"), *params,
+                 "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: 05_sweeps.ipynb: {message}")
     assert not out.exists()

@@ -9,7 +9,7 @@ from lab.train.rl_loop import History
 PARAMS = dict(preset="default", env="Pendulum-v1", agent="search", depth=1, branching=4,
               model="true", search_in="learning", updates_per_step=1, more_updates=4,
               compare=True, seeds=5, total_steps=3000, eval_every=500, vmpo_steps=1_024_000,
-              widths=64, batch_size=128)
+              widths=64, batch_size=128, learning_rate=3e-4, n_step=5, discount=0.99)
 
 
 def test_configure_compare_runs_the_claims_variants():

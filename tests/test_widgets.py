@@ -131,7 +131,7 @@ def test_panel_headless_shows_the_final_figure_and_values():
 PI_PARAMS = dict(preset="default", env="Pendulum-v1", agent="mpo", depth=0, branching=2,
                  model="none", search_in="learning", updates_per_step=1, more_updates=2,
                  compare=False, seeds=1, total_steps=100, eval_every=50, vmpo_steps=5120,
-                 widths=8, batch_size=8)
+                 widths=8, batch_size=8, learning_rate=3e-4, n_step=5, discount=0.99)
 
 
 def test_policy_improvement_panel_trains_live_and_shows_q():

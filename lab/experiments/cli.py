@@ -3,6 +3,9 @@
     python -m lab run notebooks/00_quickstart.ipynb -p epochs 2 [--out reports]
     python -m lab run --all [--notebooks notebooks]
     python -m lab report
+    python -m lab sweep run sweeps/mpo_pendulum.yaml [--workers 4] [--storage URL]
+    python -m lab sweep worker --storage URL --study NAME      # join from any machine
+    python -m lab sweep report --storage URL --study NAME
 """
 
 import argparse
@@ -39,12 +42,58 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     report = commands.add_parser("report", help="rebuild <out>/index.html from the runs")
     report.add_argument("--out", type=Path, default=Path("reports"))
+    sweep = commands.add_parser("sweep", help="parameter sweeps with early termination")
+    actions = sweep.add_subparsers(dest="action", required=True)
+    start = actions.add_parser("run", help="create a study from a YAML spec and run it here")
+    start.add_argument("spec", type=Path, help="the sweep's YAML file")
+    start.add_argument("--workers", type=int, help="worker processes (default: the spec's)")
+    worker = actions.add_parser("worker", help="run a study's waiting trials (any machine)")
+    worker.add_argument("--worker", type=int, default=0, help="this worker's index (seeds TPE)")
+    show = actions.add_parser("report", help="write the sweep's HTML report")
+    for action in (start, worker, show):
+        action.add_argument("--storage", help="Optuna storage URL (default: a SQLite file "
+                            "<out>/sweeps/<name>.db; postgresql://... for many machines)")
+        action.add_argument("--out", type=Path, default=Path("reports"),
+                            help="reports folder (default: reports)")
+    for action in (worker, show):
+        action.add_argument("--study", required=True, help="the study's name")
     return parser
+
+
+def _sweep(args) -> int:
+    from lab.sweeps import load_spec, report, run_sweep, work
+    from lab.sweeps.study import default_storage
+
+    if args.action == "run":
+        spec = load_spec(args.spec)
+        if args.workers is not None and args.workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {args.workers}")
+        study = run_sweep(spec, out=args.out, storage=args.storage, workers=args.workers)
+        print(report.summary_line(study))
+        print(f"report: {report.write(study, args.out)}")
+        return 0
+    storage = args.storage or default_storage(args.out, args.study)
+    if args.action == "worker":
+        ran = work(storage, args.study, out=args.out, worker=args.worker)
+        print(f"worker {args.worker}: ran {ran} trial(s) of {args.study}")
+        return 0
+    from lab.sweeps.study import load
+
+    study, _ = load(storage, args.study)
+    print(report.summary_line(study))
+    print(f"report: {report.write(study, args.out)}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "sweep":
+        try:
+            return _sweep(args)
+        except ValueError as err:  # SpecError, a storage that cannot be opened, ...
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     if args.command == "report":
         print(build_index(args.out))
         return 0

@@ -87,7 +87,7 @@ class Setup:
 def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, model: str,
               search_in: str, updates_per_step: int, more_updates: int, compare: bool,
               seeds: int, total_steps: int, eval_every: int, vmpo_steps: int, widths: int,
-              batch_size: int) -> Setup:
+              batch_size: int, learning_rate: float, n_step: int, discount: float) -> Setup:
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
     The runner calls this before it starts a kernel (the notebook's metadata names it)."""
     if preset not in PRESETS:
@@ -96,7 +96,8 @@ def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, 
              search_in=search_in, updates_per_step=updates_per_step,
              more_updates=more_updates, compare=compare, seeds=seeds,
              total_steps=total_steps, eval_every=eval_every, vmpo_steps=vmpo_steps,
-             widths=widths, batch_size=batch_size) | PRESETS[preset]
+             widths=widths, batch_size=batch_size, learning_rate=learning_rate, n_step=n_step,
+             discount=discount) | PRESETS[preset]
     if not p["env"].startswith(DMC_PREFIX):
         ControlTask(p["env"])  # refuses unknown ids and discrete action spaces
     if p["env"] not in THRESHOLDS:
@@ -108,6 +109,12 @@ def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, 
         raise ValueError(f"seeds must be at least 1, got {p['seeds']}")
     if p["widths"] < 1:
         raise ValueError(f"widths must be at least 1, got {p['widths']}")
+    if not p["learning_rate"] > 0:
+        raise ValueError(f"learning_rate must be positive, got {p['learning_rate']}")
+    if p["n_step"] < 1:
+        raise ValueError(f"n_step must be at least 1, got {p['n_step']}")
+    if not 0 < p["discount"] <= 1:
+        raise ValueError(f"discount must be in (0, 1], got {p['discount']}")
     if p["agent"] == "search" and p["model"] == "none":
         raise ValueError("agent 'search' needs model 'true' or 'learned' (model 'none' is "
                          "agent 'mpo')")
@@ -125,7 +132,9 @@ def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, 
     common = dict(widths=width, batch_size=p["batch_size"], total_steps=p["total_steps"],
                   eval_every=p["eval_every"],
                   learning_starts=max(p["batch_size"], min(1000, p["total_steps"] // 4)))
-    mpo_base = mpo.MPOConfig(**common, updates_per_step=p["updates_per_step"])
+    mpo_base = mpo.MPOConfig(**common, updates_per_step=p["updates_per_step"],
+                             policy_lr=p["learning_rate"], critic_lr=p["learning_rate"],
+                             n_step=p["n_step"], discount=p["discount"])
     searched = replace(mpo_base, depth=p["depth"], branching=p["branching"],
                        model=p["model"] if p["model"] != "none" else "true",
                        search_in=p["search_in"])

@@ -1,6 +1,7 @@
 """HTML reports: one per run (nbconvert's lab template with a run header) and an index."""
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,8 @@ def build_index(out: Path) -> Path:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     html = env.get_template("index.html.j2").render(runs=runs, latest=latest)
     index = out / "index.html"
-    index.write_text(html, encoding="utf-8")
+    tmp = index.with_name(f".{index.name}.{os.getpid()}.tmp")  # whole, when runs finish at once
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(index)
     return index
 

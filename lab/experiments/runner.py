@@ -13,7 +13,8 @@ run its own directory under ``<out>/runs/``:
 
 and refreshes ``<out>/<notebook>.html`` (the latest report) and ``<out>/index.html``.
 A notebook that raises, a cell timeout and a dead kernel all give status ``failed``
-with the error at the top of the report; Ctrl-C gives ``interrupted``. Either way
+with the error at the top of the report; Ctrl-C gives ``interrupted``; a sweep's trial that
+its pruner stopped early (it records ``pruned_at_phase``) gives ``pruned``. Either way
 everything written so far is kept.
 """
 
@@ -50,6 +51,7 @@ from lab.experiments.report import (
 KERNEL_NAME = "lab"
 DEFAULT_CELL_TIMEOUT = 1800  # seconds for one cell; a claim preset can raise it with --timeout
 OK, FAILED, INTERRUPTED, RUNNING = "ok", "failed", "interrupted", "running"
+PRUNED = "pruned"  # a sweep's trial the pruner stopped early (lab.experiments.phases)
 
 
 class RunnerError(RuntimeError):
@@ -217,7 +219,7 @@ def run_notebook(notebook: str | Path, overrides: dict[str, Any] | None = None, 
         run |= {"status": status, "error": error, "ended": now(),
                 "duration_s": round(time.monotonic() - start, 2)}
         _finish(notebook, executed, folder, out, run, hide_code)
-    return RunResult(notebook, folder, status, error, run["metrics"])
+    return RunResult(notebook, folder, run["status"], error, run["metrics"])
 
 
 def _finish(notebook: Path, executed: Path, folder: Path, out: Path, run: dict,
@@ -229,9 +231,14 @@ def _finish(notebook: Path, executed: Path, folder: Path, out: Path, run: dict,
         nbformat.write(nb, executed)
     run["figures"] = _save_figures(nb, folder / "figures")
     run["metrics"] = read_metrics(folder)
+    if run["status"] == OK and "pruned_at_phase" in run["metrics"]:
+        run["status"] = PRUNED
     _write_json(folder / PROVENANCE_FILE, {k: v for k, v in run.items() if k != "metrics"})
     report = export_html(nb, run, folder / REPORT_FILE, hide_code=hide_code)
-    shutil.copyfile(report, out / f"{notebook.stem}.html")
+    latest = out / f"{notebook.stem}.html"
+    tmp = latest.with_name(f".{latest.name}.{os.getpid()}.tmp")  # whole, when runs end at once
+    shutil.copyfile(report, tmp)
+    tmp.replace(latest)
     build_index(out)
 
 

@@ -1,0 +1,146 @@
+"""The sweep reproduction: HyperTrick against random search on the same compute.
+
+Claim (Heinrich & Frosio 2019): for the same total compute (training steps summed over
+trials), HyperTrick's early termination finds a configuration at least as good as random
+search without early termination. Both use the same sampler seed, so trial k tries the
+same configuration in both (``lab.sweeps.TrialSeededSampler``): HyperTrick runs ``trials``
+configurations and prunes most; random search then runs as many whole trials as
+HyperTrick's compute paid for, i.e. the first ``floor(compute)`` configurations, to the end.
+Each sampler seed is one comparison; the verdict counts the seeds where HyperTrick's best
+final metric is at least random search's.
+"""
+
+import inspect
+import math
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lab.sweeps import load_spec, run_sweep
+from lab.sweeps import report as sweep_report
+from lab.sweeps.spec import SweepSpec
+from lab.sweeps.study import compute, expected_survivors
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "claim": dict(trials=32, sampler_seeds=[0, 1, 2], total_steps=8000, workers=2),
+}
+
+
+def configure(*, preset: str, workload: str, metric: str, direction: str, fixed: dict,
+              space: dict, total_steps: int, eval_every: int, phases: int, survival: float,
+              trials: int, workers: int, sampler_seeds: list[int], storage: str) -> dict:
+    """The notebook's parameters as ``{"spec": SweepSpec, "seeds": [...], "storage": ...}``;
+    raises ValueError (a SpecError) naming the bad one before anything runs."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = dict(workload=workload, metric=metric, direction=direction, fixed=fixed, space=space,
+             total_steps=total_steps, eval_every=eval_every, phases=phases,
+             survival=survival, trials=trials, workers=workers,
+             sampler_seeds=sampler_seeds) | PRESETS[preset]
+    if not p["sampler_seeds"] or not all(isinstance(s, int) for s in p["sampler_seeds"]):
+        raise ValueError(f"sampler_seeds must be a non-empty list of integers, got "
+                         f"{p['sampler_seeds']!r}")
+    if p["total_steps"] % (p["phases"] * p["eval_every"]):
+        raise ValueError(f"total_steps ({p['total_steps']}) must be a multiple of phases x "
+                         f"eval_every ({p['phases']} x {p['eval_every']}), so that every "
+                         "phase ends at an evaluation")
+    spec = load_spec({
+        "name": "sweep", "notebook": str(NOTEBOOKS / p["workload"]), "metric": p["metric"],
+        "direction": p["direction"], "space": p["space"], "phases": p["phases"],
+        "survival": p["survival"], "trials": p["trials"], "workers": p["workers"],
+        "fixed": p["fixed"] | {"total_steps": p["total_steps"],
+                               "eval_every": p["eval_every"]}})
+    return {"spec": spec, "seeds": list(p["sampler_seeds"]), "storage": storage or None}
+
+
+PARAMETERS = tuple(inspect.signature(configure).parameters)
+
+
+def compare(spec: SweepSpec, seed: int, out: Path, storage: str | None = None,
+            name: str = "sweep") -> dict[str, Any]:
+    """One comparison: HyperTrick, then random search on the compute HyperTrick used."""
+    hypertrick = replace(spec, name=f"{name}-hypertrick-seed{seed}", seed=seed,
+                         pruner="hypertrick", sampler="random")
+    start = time.monotonic()
+    ht = run_sweep(hypertrick, out=out, storage=storage)
+    ht_seconds = time.monotonic() - start
+    used = compute(ht.get_trials(), spec.phases)
+    budget = max(1, math.floor(used + 1e-9))
+    random = replace(hypertrick, name=f"{name}-random-seed{seed}", pruner="none",
+                     trials=budget)
+    start = time.monotonic()
+    rs = run_sweep(random, out=out, storage=storage)
+    return {"seed": seed, "hypertrick": ht, "random": rs, "hypertrick_seconds": ht_seconds,
+            "random_seconds": time.monotonic() - start}
+
+
+def best_value(study) -> float:
+    top = sweep_report.best(study, 1)
+    return top[0]["value"] if top else math.nan
+
+
+def verdict(spec: SweepSpec, pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The claim's numbers from finished comparisons."""
+    sign = 1 if spec.direction == "maximize" else -1
+    m: dict[str, Any] = {"trials": spec.trials, "phases": spec.phases,
+                         "survival": spec.survival,
+                         "expected_survivors": expected_survivors(spec)}
+    rows = []
+    for pair in pairs:
+        ht, rs = pair["hypertrick"], pair["random"]
+        row = {"seed": pair["seed"], "hypertrick_best": best_value(ht),
+               "random_best": best_value(rs),
+               "hypertrick_compute": compute(ht.get_trials(), spec.phases),
+               "random_compute": compute(rs.get_trials(), spec.phases),
+               "hypertrick_survival": sweep_report.survival(ht),
+               "hypertrick_configurations": len(sweep_report.trials(ht)),
+               "random_configurations": len(sweep_report.trials(rs))}
+        ht_ok, rs_ok = (not math.isnan(row[k]) for k in ("hypertrick_best", "random_best"))
+        row["hypertrick_at_least_as_good"] = bool(
+            ht_ok and (not rs_ok or sign * row["hypertrick_best"] >= sign * row["random_best"]))
+        rows.append(row)
+    m["comparisons"] = rows
+    for label in ("hypertrick", "random"):  # wall-clock, kept apart from the deterministic
+        m[f"{label}_seconds"] = [pair[f"{label}_seconds"] for pair in pairs]
+    for key in ("hypertrick_best", "random_best", "hypertrick_compute", "random_compute"):
+        m[f"mean_{key}"] = float(np.nanmean([r[key] for r in rows]))
+    m["seeds_hypertrick_at_least_as_good"] = sum(r["hypertrick_at_least_as_good"]
+                                                 for r in rows)
+    m["seeds"] = len(rows)
+    m["claim_at_least_as_good"] = m["seeds_hypertrick_at_least_as_good"] == len(rows)
+    return m
+
+
+def describe(m: dict[str, Any], spec: SweepSpec) -> str:
+    """The conclusions as Markdown, every number from ``m``."""
+    holds = "holds" if m["claim_at_least_as_good"] else "does not hold"
+    lines = [
+        f"**Claim: {holds}** on {m['seeds']} sampler seed(s): HyperTrick's best "
+        f"`{spec.metric}` was at least random search's on "
+        f"{m['seeds_hypertrick_at_least_as_good']} of {m['seeds']}, at the same or less "
+        f"compute (means: HyperTrick {m['mean_hypertrick_best']:.1f} with "
+        f"{m['mean_hypertrick_compute']:.2f} trials of compute, random search "
+        f"{m['mean_random_best']:.1f} with {m['mean_random_compute']:.2f}).", "",
+        "| seed | HyperTrick best | its compute | configurations tried | reached each phase "
+        "| random best | its compute (whole trials) | wall-clock s (HT / random) |",
+        "|---|---|---|---|---|---|---|---|"]
+    for r, ht_s, rs_s in zip(m["comparisons"], m["hypertrick_seconds"], m["random_seconds"],
+                             strict=True):
+        lines.append(
+            f"| {r['seed']} | {r['hypertrick_best']:.1f} | {r['hypertrick_compute']:.2f} | "
+            f"{r['hypertrick_configurations']} | {r['hypertrick_survival']} | "
+            f"{r['random_best']:.1f} | {r['random_compute']:.2f} | "
+            f"{ht_s:.0f} / {rs_s:.0f} |")
+    lines += ["", f"With {m['trials']} trials, {m['phases']} phases and survival "
+              f"{m['survival']}, N r^(Np-1) = {m['expected_survivors']:.1f} trials are expected "
+              "to run every phase; more do when the first trials to reach a phase, which "
+              "always go on, arrive before the good ones. Compute is counted in whole trials "
+              "of training (environment steps), not wall-clock: every trial also pays for "
+              "its kernel, compilation and report, which early termination does not save."]
+    return "\n".join(lines)

@@ -1,0 +1,169 @@
+"""Sweep workers: each takes the study's next waiting trial, runs the notebook through the
+runner with the sampled parameters, and tells the study how it ended.
+
+    run_sweep(spec, out="reports", workers=4)          # create the study, start 4 workers
+    work(storage_url, "mpo-pendulum", out="reports")   # one worker (any machine)
+
+Every trial is one run of the notebook (its own run folder, record and HTML report, under
+``<out>/sweeps/<study>/runs``). The notebook learns it is in a sweep from ``LAB_SWEEP`` and
+reports its metric after each phase with ``lab.experiments.report_phase``; when the study's
+pruner says stop, the notebook stops training, records ``pruned_at_phase`` and finishes,
+and the trial is told PRUNED. A notebook that fails makes its trial FAIL; the sweep goes on.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from lab.experiments.phases import SWEEP_ENV
+from lab.experiments.runner import OK, PRUNED, run_notebook
+from lab.sweeps import study as studies
+from lab.sweeps.spec import SweepSpec, quantize
+
+
+def suggest(trial: optuna.Trial, spec: SweepSpec) -> dict[str, Any]:
+    """The notebook's parameters for this trial: the spec's space, sampled."""
+    values = {}
+    for d in spec.space:
+        if d.kind == "choice":
+            values[d.name] = trial.suggest_categorical(d.name, list(d.values))
+        elif d.kind == "int":
+            values[d.name] = trial.suggest_int(d.name, int(d.low), int(d.high))
+        elif d.kind == "qloguniform" and d.q == 1:
+            values[d.name] = trial.suggest_int(d.name, int(d.low), int(d.high), log=True)
+        elif d.kind == "qloguniform":
+            values[d.name] = quantize(d, trial.suggest_float(d.name, d.low, d.high, log=True))
+        else:
+            values[d.name] = trial.suggest_float(d.name, d.low, d.high,
+                                                 log=d.kind == "loguniform")
+    return values
+
+
+@contextmanager
+def heartbeat(storage, trial_id: int):
+    """Record the trial's heartbeat every few seconds while the block runs."""
+    done = threading.Event()
+
+    def beat():
+        while not done.wait(studies.HEARTBEAT_SECONDS):
+            try:
+                storage.record_heartbeat(trial_id)
+            except Exception:  # a busy database: the next beat will do
+                pass
+
+    storage.record_heartbeat(trial_id)
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def run_trial(study: optuna.Study, trial: optuna.Trial, spec: SweepSpec, storage_url: str,
+              out: Path) -> TrialState:
+    """Run the notebook for one trial and tell the study how it ended."""
+    try:
+        values = suggest(trial, spec)
+    except Exception as err:  # noqa: BLE001 (the sweep goes on)
+        trial.set_user_attr("error", f"{type(err).__name__}: {err}")
+        study.tell(trial, state=TrialState.FAIL)
+        return TrialState.FAIL
+    trial.set_user_attr("parameters", values)
+    env = {"storage": storage_url, "study": spec.name, "trial_id": trial._trial_id,
+           "phases": spec.phases}
+    start = time.monotonic()
+    with heartbeat(study._storage, trial._trial_id), _environ(SWEEP_ENV, json.dumps(env)):
+        try:
+            result = run_notebook(spec.notebook, spec.fixed | values, out=out,
+                                  timeout=spec.timeout, progress=False)
+            status, error, run_dir, metrics = (result.status, result.error, result.run_dir,
+                                               result.metrics)
+        except Exception as err:  # noqa: BLE001 (a value the notebook refused, say)
+            status, error, run_dir, metrics = "failed", f"{type(err).__name__}: {err}", None, {}
+    trial.set_user_attr("seconds", round(time.monotonic() - start, 2))
+    if run_dir is not None:
+        trial.set_user_attr("run_dir", str(run_dir))
+    trial.set_user_attr("status", status)
+    if status not in (OK, PRUNED):
+        trial.set_user_attr("error", error)
+        study.tell(trial, state=TrialState.FAIL)
+        return TrialState.FAIL
+    if "pruned_at_phase" in metrics:
+        study.tell(trial, state=TrialState.PRUNED)
+        return TrialState.PRUNED
+    value = metrics.get(spec.metric)
+    if not isinstance(value, int | float):
+        trial.set_user_attr("error", f"the notebook recorded no number {spec.metric!r}")
+        study.tell(trial, state=TrialState.FAIL)
+        return TrialState.FAIL
+    study.tell(trial, float(value))
+    return TrialState.COMPLETE
+
+
+@contextmanager
+def _environ(name: str, value: str):
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
+def work(storage_url: str, name: str, *, out: str | Path = "reports", worker: int = 0,
+         max_trials: int | None = None) -> int:
+    """Run the study's waiting trials one after another until none is left (or
+    ``max_trials`` ran); returns how many this worker ran."""
+    study, spec = studies.load(storage_url, name, worker)
+    out = Path(out) / "sweeps" / name
+    ran = 0
+    while max_trials is None or ran < max_trials:
+        optuna.storages.fail_stale_trials(study)  # a dead worker's trial: failed, retried
+        if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            break
+        trial = study.ask()
+        if trial.number >= spec.trials and not _is_retry(study, trial):
+            # another worker took the last waiting trial first; ask() made a new one
+            trial.set_user_attr("surplus", True)
+            study.tell(trial, state=TrialState.FAIL)
+            break
+        run_trial(study, trial, spec, storage_url, out)
+        ran += 1
+    return ran
+
+
+def _is_retry(study: optuna.Study, trial: optuna.Trial) -> bool:
+    frozen = study._storage.get_trial(trial._trial_id)
+    return optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen) is not None
+
+
+def run_sweep(spec: SweepSpec, *, out: str | Path = "reports", storage: str | None = None,
+              workers: int | None = None) -> optuna.Study:
+    """Create the study and run it with ``workers`` processes on this machine (each one
+    ``python -m lab sweep worker``); returns the finished study."""
+    url = storage or studies.default_storage(out, spec.name)
+    studies.create(spec, url)
+    count = workers or spec.workers
+    commands = [[sys.executable, "-m", "lab", "sweep", "worker", "--storage", url, "--study",
+                 spec.name, "--out", str(out), "--worker", str(i)] for i in range(count)]
+    processes = [subprocess.Popen(c) for c in commands]
+    codes = [p.wait() for p in processes]
+    if any(codes):
+        print(f"warning: worker exit codes {codes}", file=sys.stderr)
+    study, _ = studies.load(url, spec.name)
+    optuna.storages.fail_stale_trials(study)
+    return study
