@@ -139,6 +139,33 @@ def test_hypertrick_in_a_study_prunes_late_worse_trials_and_never_the_last_phase
     assert decisions == [None, 1, None, 1]
 
 
+@pytest.mark.parametrize("name", ["hypertrick", "none", "successive_halving", "hyperband",
+                                  "median"])
+def test_every_pruner_named_in_a_spec_decides_on_reported_phases(toy, name):
+    from lab.sweeps.study import make_pruner
+
+    spec = load_spec(_spec(toy, pruner=name))
+    study = optuna.create_study(direction="maximize", pruner=make_pruner(spec))
+    for score in [1.0, 2.0, 0.0, 0.5, 3.0, -1.0]:
+        trial = study.ask()
+        for phase in range(1, spec.phases + 1):
+            trial.report(score, phase)
+            if trial.should_prune():
+                study.tell(trial, state=TrialState.PRUNED)
+                break
+        else:
+            study.tell(trial, score)
+    pruned = [t for t in study.get_trials() if t.state == TrialState.PRUNED]
+    assert (name == "none") == (not pruned)
+
+
+def test_report_phase_outside_a_sweep_says_go_on(monkeypatch):
+    from lab.experiments import report_phase
+
+    monkeypatch.delenv("LAB_SWEEP", raising=False)
+    assert report_phase(0.5, float("nan")) is True
+
+
 def test_trial_seeded_sampler_draws_the_same_configuration_per_trial_number():
     space = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True),
              "n": optuna.distributions.IntDistribution(2, 100, log=True),
@@ -201,6 +228,12 @@ def test_a_sweep_with_4_workers_on_sqlite_prunes_and_survives_a_crashing_noteboo
     _check_finished_sweep(study, spec, out)
     with pytest.raises(ValueError, match="already exists"):  # nothing of it is touched
         run_sweep(spec, out=out)
+    from lab.experiments.cli import main
+
+    page = out / "sweeps" / "toy.html"
+    page.unlink()
+    assert main(["sweep", "report", "--study", "toy", "--out", str(out)]) == 0
+    assert page.exists()
 
 
 def _worker(storage, name, out, env=None):

@@ -28,7 +28,8 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
-    "claim": dict(trials=32, sampler_seeds=[0, 1, 2], total_steps=8000, workers=2),
+    "claim": dict(trials=24, sampler_seeds=[0, 1, 2], total_steps=6000, eval_every=500,
+                  workers=2),
 }
 
 

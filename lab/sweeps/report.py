@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import optuna
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 from optuna.trial import TrialState
 
 from lab.experiments.report import REPORT_FILE
@@ -102,17 +103,21 @@ def draw(figure: Figure, studies: dict[str, optuna.Study]) -> None:
             keep = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
             if keep:
                 ax.scatter(*zip(*keep, strict=True), marker=marker, color=color, label=state)
-        ax.set(xlabel=d.name, xscale="log" if d.kind in ("loguniform", "qloguniform") else
-               "linear")
+        if d.kind in ("loguniform", "qloguniform"):
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())  # no crowded minor labels
+        ax.set_xlabel(d.name)
     axes[0].set_ylabel(spec.metric)
     axes[0].legend(fontsize=7)
     phases = np.arange(1, spec.phases + 1)
     width = 0.8 / len(studies)
     for i, (label, study) in enumerate(studies.items()):
-        axes[-2].bar(phases + i * width, survival(study), width, label=label)
+        axes[-2].bar(phases + (i - (len(studies) - 1) / 2) * width, survival(study), width,
+                     label=label)
         compute, found = best_against_compute(study)
         axes[-1].step(compute, found, where="post", label=label)
-    axes[-2].set(xlabel="phase", ylabel="trials that reached it", title="phase survival")
+    axes[-2].set(xlabel="phase", ylabel="trials that reached it", title="phase survival",
+                 xticks=phases)
     axes[-1].set(xlabel="compute (full trials of training)", ylabel=f"best {spec.metric}",
                  title="best found against compute")
     axes[-2].legend(fontsize=7)
