@@ -91,24 +91,25 @@ def run_trial(study: optuna.Study, trial: optuna.Trial, spec: SweepSpec, storage
                                                result.metrics)
         except Exception as err:  # noqa: BLE001 (a value the notebook refused, say)
             status, error, run_dir, metrics = "failed", f"{type(err).__name__}: {err}", None, {}
-    trial.set_user_attr("seconds", round(time.monotonic() - start, 2))
-    if run_dir is not None:
-        trial.set_user_attr("run_dir", str(run_dir))
-    trial.set_user_attr("status", status)
-    if status not in (OK, PRUNED):
-        trial.set_user_attr("error", error)
-        study.tell(trial, state=TrialState.FAIL)
-        return TrialState.FAIL
-    if "pruned_at_phase" in metrics:
-        study.tell(trial, state=TrialState.PRUNED)
-        return TrialState.PRUNED
+    state = study._storage.get_trial(trial._trial_id).state
+    if state.is_finished():  # failed meanwhile as stale (heartbeats held up): keep that
+        return state
+    attrs = {"seconds": round(time.monotonic() - start, 2), "status": status,
+             "run_dir": None if run_dir is None else str(run_dir)}
     value = metrics.get(spec.metric)
-    if not isinstance(value, int | float):
-        trial.set_user_attr("error", f"the notebook recorded no number {spec.metric!r}")
-        study.tell(trial, state=TrialState.FAIL)
-        return TrialState.FAIL
-    study.tell(trial, float(value))
-    return TrialState.COMPLETE
+    if status not in (OK, PRUNED):
+        end, attrs["error"] = TrialState.FAIL, error
+    elif "pruned_at_phase" in metrics:
+        end = TrialState.PRUNED
+    elif not isinstance(value, int | float) or isinstance(value, bool):
+        end, attrs["error"] = TrialState.FAIL, f"the notebook recorded no number {spec.metric!r}"
+    else:
+        end = TrialState.COMPLETE
+    for key, attr in attrs.items():
+        trial.set_user_attr(key, attr)
+    study.tell(trial, float(value) if end == TrialState.COMPLETE else None,
+               state=None if end == TrialState.COMPLETE else end, skip_if_finished=True)
+    return end
 
 
 @contextmanager
