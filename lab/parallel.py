@@ -1,0 +1,162 @@
+"""Data-parallel (and optionally model-parallel) training with JAX's own sharding.
+
+The same training step runs on one CPU, on 8 simulated CPU devices, on one GPU or on
+many GPUs across hosts. Nothing here distributes anything by hand: arrays carry a
+``jax.sharding.NamedSharding`` over a 2-D device mesh with axes ``("data", "model")``
+and XLA's partitioner inserts the collectives.
+
+- ``mesh(devices, model=1)``: the first ``devices`` devices (all by default, on every
+  host after ``jax.distributed.initialize``) as a ``data x model`` grid.
+- ``shard_batch(batch, mesh)``: the leading axis of every leaf split over ``"data"``.
+  Each process passes its own rows; on one host that is the whole batch.
+- ``shard_params(tree, mesh)``: parameters (or optimizer state) replicated, except that
+  with a ``model`` axis above 1 each weight matrix whose output size divides over it is
+  split along its output axis (``eqx.nn.Linear.weight`` has shape ``(out, in)``).
+  ``replicate(tree, mesh)`` replicates everything.
+- ``data_parallel(step, mesh)``: ``step(model, opt_state, batch) -> (model, opt_state,
+  metrics)`` compiled with those shardings. A loss that averages over the batch is then a
+  mean over the global batch, so its gradient is reduced across devices by XLA: the
+  step needs no ``psum`` and equals the single-device step up to float rounding.
+
+Example (``step`` is any pure Equinox/optax step, e.g. the one in ``tests/test_parallel.py``)::
+
+    m = parallel.mesh()                                   # all devices, data-parallel
+    model = parallel.shard_params(model, m)
+    opt_state = parallel.shard_params(optimizer.init(eqx.filter(model, eqx.is_array)), m)
+    train_step = parallel.data_parallel(step, m)
+    model, opt_state, metrics = train_step(model, opt_state, parallel.shard_batch(batch, m))
+
+Simulated devices on CPU: set ``XLA_FLAGS=--xla_force_host_platform_device_count=8``
+before jax is imported.
+
+Several hosts: start one process per host with the same coordinator address (host 0's
+address and a free port), the number of processes, and each process's own id::
+
+    # on host 0                                  # on host 1
+    LAB_COORDINATOR=10.0.0.1:1234 \\              LAB_COORDINATOR=10.0.0.1:1234 \\
+    LAB_NUM_PROCESSES=2 LAB_PROCESS_ID=0 \\       LAB_NUM_PROCESSES=2 LAB_PROCESS_ID=1 \\
+    python train.py                              python train.py
+
+where ``train.py`` calls ``parallel.initialize_distributed()`` before any other jax call
+(or passes the three values as arguments). Every process then runs the same program:
+``mesh()`` spans the devices of all hosts, each process feeds ``shard_batch`` its own
+rows of the global batch (same model seed everywhere), and replicated results such as
+the metrics can be read on every process. On CPU the cross-process collectives use gloo
+(``jax_cpu_collectives_implementation``, the default in jax 0.10).
+"""
+
+import os
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+SIMULATE = "XLA_FLAGS=--xla_force_host_platform_device_count=N"
+BATCH = PartitionSpec("data")  # leading (batch) axis split over the data devices
+REPLICATED = PartitionSpec()  # a full copy on every device
+
+
+def initialize_distributed(coordinator: str | None = None, num_processes: int | None = None,
+                           process_id: int | None = None) -> None:
+    """Join a multi-host run: ``jax.distributed.initialize`` with the coordinator address
+    (``"host:port"`` of process 0), the number of processes and this process's id. Each
+    value not given is read from ``LAB_COORDINATOR``, ``LAB_NUM_PROCESSES`` and
+    ``LAB_PROCESS_ID``. Call it once, before any other jax call."""
+    coordinator = coordinator or os.environ["LAB_COORDINATOR"]
+    if num_processes is None:
+        num_processes = int(os.environ["LAB_NUM_PROCESSES"])
+    if process_id is None:
+        process_id = int(os.environ["LAB_PROCESS_ID"])
+    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
+                               process_id=process_id)
+
+
+def mesh(devices: int | None = None, model: int = 1) -> Mesh:
+    """The first ``devices`` devices (all, across hosts, by default) as a grid with axes
+    ``("data", "model")`` of shape ``(devices // model, model)``.
+
+    The axes are ``AxisType.Auto``: XLA's partitioner decides the sharding of everything
+    that is not annotated (``jax.make_mesh`` defaults to explicit axes in jax 0.10)."""
+    available = jax.devices()
+    devices = len(available) if devices is None else devices
+    if not 1 <= devices <= len(available):
+        raise ValueError(f"asked for {devices} devices but there are {len(available)} "
+                         f"({available[0].platform}); on CPU, simulate more with {SIMULATE} "
+                         "set before jax is imported")
+    if model < 1 or devices % model:
+        raise ValueError(f"the model axis ({model}) must divide the {devices} devices")
+    return jax.make_mesh((devices // model, model), ("data", "model"),
+                         axis_types=(AxisType.Auto, AxisType.Auto),
+                         devices=available[:devices])
+
+
+def param_spec(x, model: int) -> PartitionSpec:
+    """Replicated, except a matrix whose output (first) axis divides over a ``model`` axis
+    of size above 1: that axis is split over ``"model"``."""
+    if model > 1 and np.ndim(x) == 2 and np.shape(x)[0] % model == 0:
+        return PartitionSpec("model", None)
+    return REPLICATED
+
+
+def _arrays(fn: Callable, tree):
+    """``fn`` on every array leaf of ``tree``; other leaves (activations, sizes) kept."""
+    return jax.tree.map(lambda x: fn(x) if eqx.is_array(x) else x, tree)
+
+
+def shard_batch(batch, mesh: Mesh):
+    """Every array leaf of ``batch`` as a global array split over ``"data"`` along its
+    leading axis. With several processes each passes its own rows (process ``i`` holds
+    the ``i``-th block of the global batch); the global batch must divide over the data
+    devices."""
+    data = mesh.shape["data"]
+
+    def put(x):
+        rows = np.shape(x)[0] * jax.process_count()
+        if rows % data:
+            raise ValueError(f"a batch of {rows} does not divide over {data} data devices; "
+                             f"use a multiple of {data}")
+        sharding = NamedSharding(mesh, BATCH)
+        return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+
+    return _arrays(put, batch)
+
+
+def shard_params(tree, mesh: Mesh):
+    """Array leaves of ``tree`` (a model or an optimizer state) placed by ``param_spec``:
+    replicated, with the matrices split over ``"model"`` when that axis is above 1.
+    Every process passes the same values."""
+    model = mesh.shape["model"]
+    return _arrays(lambda x: jax.device_put(x, NamedSharding(mesh, param_spec(x, model))),
+                   tree)
+
+
+def replicate(tree, mesh: Mesh):
+    """A full copy of every array leaf of ``tree`` on every device of ``mesh``."""
+    return _arrays(lambda x: jax.device_put(x, NamedSharding(mesh, REPLICATED)), tree)
+
+
+def data_parallel(step: Callable, mesh: Mesh) -> Callable:
+    """``step(model, opt_state, batch) -> (model, opt_state, metrics)``, jitted with the
+    batch split over ``"data"``, the model and optimizer state laid out by ``param_spec``
+    (replicated on a data-only mesh) and the metrics replicated.
+
+    ``step`` is written for one device: its loss averages over ``batch``, and XLA turns
+    that mean over the sharded batch into a cross-device reduction of the gradients."""
+    model_axis = mesh.shape["model"]
+
+    def constrain(tree, spec):
+        return _arrays(lambda x: jax.lax.with_sharding_constraint(
+            x, NamedSharding(mesh, spec(x))), tree)
+
+    def params(tree):
+        return constrain(tree, lambda x: param_spec(x, model_axis))
+
+    @eqx.filter_jit
+    def parallel_step(model, opt_state, batch):
+        model, opt_state = params(model), params(opt_state)
+        model, opt_state, metrics = step(model, opt_state, constrain(batch, lambda x: BATCH))
+        return params(model), params(opt_state), constrain(metrics, lambda x: REPLICATED)
+
+    return parallel_step

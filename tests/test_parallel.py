@@ -1,0 +1,166 @@
+"""``lab.parallel`` on 8 simulated CPU devices and across 2 processes.
+
+The device count is fixed when jax starts, and this pytest process has already imported
+jax with one device, so every check runs in a fresh python with
+``XLA_FLAGS=--xla_force_host_platform_device_count=N`` in its environment. Each script is
+``PRELUDE`` (a small MLP classifier trained with Adam) followed by the test's asserts.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+from tests.conftest import ROOT
+
+PRELUDE = """
+import equinox as eqx
+import jax
+import numpy as np
+import optax
+from jax.sharding import PartitionSpec as P
+
+from lab import parallel
+from lab.models.feedforward import mlp
+from lab.train.supervised import batch_loss
+
+optimizer = optax.adam(1e-2)
+
+
+def step(model, opt_state, batch):
+    grads, metrics = eqx.filter_grad(batch_loss, has_aux=True)(model, *batch)
+    updates, opt_state = optimizer.update(grads, opt_state)
+    return eqx.apply_updates(model, updates), opt_state, metrics
+
+
+def problem(rows=16):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, 6)).astype(np.float32)
+    y = rng.integers(0, 3, rows).astype(np.int32)
+    return mlp([6, 32, 32, 3], key=jax.random.key(0)), (x, y)
+
+
+def train(mesh, batch, steps=3):
+    model, _ = problem()
+    model = parallel.shard_params(model, mesh)
+    opt_state = parallel.shard_params(optimizer.init(eqx.filter(model, eqx.is_array)), mesh)
+    train_step, batch = parallel.data_parallel(step, mesh), parallel.shard_batch(batch, mesh)
+    for _ in range(steps):
+        model, opt_state, metrics = train_step(model, opt_state, batch)
+    return model, opt_state, metrics, batch
+
+
+def train_single(steps=3):
+    model, batch = problem()
+    opt_state = optimizer.init(eqx.filter(model, eqx.is_array))
+    single_step = eqx.filter_jit(step)
+    for _ in range(steps):
+        model, opt_state, metrics = single_step(model, opt_state, batch)
+    return model
+
+
+def arrays(tree):
+    return jax.tree.leaves(eqx.filter(tree, eqx.is_array))
+
+
+def assert_close(a, b):
+    for x, y in zip(arrays(a), arrays(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+"""
+
+
+def run(body: str, devices: int, *args: str, wait: bool = True):
+    """``PRELUDE + body`` in a new python that sees ``devices`` CPU devices."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    process = subprocess.Popen(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(body), *args], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return finish(process) if wait else process
+
+
+def finish(process: subprocess.Popen) -> str:
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err[-3000:]
+    return out
+
+
+def test_data_parallel_step_matches_single_device():
+    run("""
+        mesh = parallel.mesh()
+        assert mesh.shape == {"data": 8, "model": 1}
+        model, opt_state, metrics, (x, y) = train(mesh, problem()[1])
+        assert x.sharding.spec == P("data") and len(x.addressable_shards) == 8
+        assert {s.data.shape for s in x.addressable_shards} == {(2, 6)}
+        assert {s.data.shape for s in y.addressable_shards} == {(2,)}
+        for leaf in arrays((model, opt_state, metrics)):
+            assert leaf.sharding.is_fully_replicated, leaf.sharding
+        assert_close(model, train_single())
+    """, devices=8)
+
+
+def test_model_parallel_step_matches_single_device():
+    run("""
+        mesh = parallel.mesh(model=4)
+        assert mesh.shape == {"data": 2, "model": 4}
+        model, opt_state, metrics, (x, _) = train(mesh, problem()[1])
+        assert {s.data.shape for s in x.addressable_shards} == {(8, 6)}
+        first, hidden, last = model.layers[1], model.layers[3], model.layers[5]
+        for weight in (first.weight, hidden.weight, opt_state[0].mu.layers[3].weight):
+            assert weight.sharding.spec == P("model", None), weight.sharding
+            assert {s.data.shape[0] for s in weight.addressable_shards} == {32 // 4}
+        assert last.weight.sharding.is_fully_replicated  # 3 classes do not divide over 4
+        assert_close(model, train_single())
+    """, devices=8)
+
+
+def test_mesh_and_batch_errors_say_what_to_change():
+    run("""
+        try:
+            parallel.mesh(16)
+            raise AssertionError("mesh(16) on 8 devices did not raise")
+        except ValueError as error:
+            assert "16 devices but there are 8" in str(error), error
+            assert "xla_force_host_platform_device_count" in str(error), error
+        try:
+            parallel.shard_batch(problem(rows=8)[1], parallel.mesh(3))
+            raise AssertionError("a batch of 8 on 3 devices did not raise")
+        except ValueError as error:
+            assert "batch of 8 does not divide over 3" in str(error), error
+    """, devices=8)
+
+
+MULTI_HOST = """
+import sys
+processes, index, port = (int(a) for a in sys.argv[1:])
+if processes > 1:
+    parallel.initialize_distributed(f"127.0.0.1:{port}", processes, index)
+mesh = parallel.mesh()
+assert mesh.shape["data"] == 4 and jax.process_count() == processes
+x, y = problem()[1]
+rows = len(x) // processes  # each process feeds its own block of the global batch
+own = slice(index * rows, (index + 1) * rows)
+model, _, metrics, _ = train(mesh, (x[own], y[own]))
+flat = np.concatenate([np.ravel(a) for a in arrays(model)])  # replicated: readable anywhere
+print(json.dumps([float(metrics.loss)] + flat.tolist()))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_match_one_process_of_four_devices():
+    script = "import json\n" + MULTI_HOST
+    port = str(free_port())
+    hosts = [run(script, 2, "2", str(i), port, wait=False) for i in range(2)]
+    single = json.loads(run(script, 4, "1", "0", port).splitlines()[-1])
+    first, second = (json.loads(finish(p).splitlines()[-1]) for p in hosts)
+    assert first == second
+    np.testing.assert_allclose(first, single, rtol=1e-5, atol=1e-6)
