@@ -29,7 +29,7 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
     "claim": dict(trials=24, sampler_seeds=[0, 1, 2], total_steps=6000, eval_every=500,
-                  workers=2),
+                  phases=4, survival=0.5, workers=2),
 }
 
 
