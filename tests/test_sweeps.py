@@ -308,3 +308,15 @@ def test_a_sweep_with_4_workers_on_a_real_postgresql_server(toy, tmp_path, postg
     _check_finished_sweep(study, spec, out)
     assert not (out / "sweeps" / "toy.db").exists()  # the study lives in PostgreSQL
     assert make_storage(postgres).get_all_studies()[0].study_name == "toy"
+
+
+def test_tpe_is_selectable_and_seeded_per_worker(toy):
+    from lab.sweeps.study import make_sampler
+
+    spec = load_spec(_spec(toy, sampler="tpe", seed=3))
+    first, second = make_sampler(spec, 0), make_sampler(spec, 1)
+    assert isinstance(first, optuna.samplers.TPESampler)
+    study = optuna.create_study(direction="maximize", sampler=first)
+    study.optimize(lambda t: -(t.suggest_float("x", 0, 1) - 0.3) ** 2, n_trials=3)
+    assert isinstance(make_sampler(load_spec(_spec(toy)), 0), TrialSeededSampler)
+    assert second is not first
