@@ -33,7 +33,7 @@ def _current():
 
         from lab.sweeps import study as studies
 
-        study, _ = studies.load(info["storage"], info["study"])
+        study, _ = studies.load(info["storage"], info["study"], check_notebook=False)
         _trial.update(key=key, trial=optuna.trial.Trial(study, info["trial_id"]), phase=0,
                       phases=info["phases"], values=[])
     return _trial

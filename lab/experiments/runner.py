@@ -133,7 +133,8 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 @contextmanager
-def _environ(**values: str):
+def environ(**values: str):
+    """Set environment variables for the block, then restore them."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -203,7 +204,7 @@ def run_notebook(notebook: str | Path, overrides: dict[str, Any] | None = None, 
     _write_json(folder / METRICS_FILE, {})  # every run has one; record() fills it
     status, error, start = OK, None, time.monotonic()
     try:
-        with _environ(**{RUN_DIR_ENV: str(folder.resolve())}):
+        with environ(**{RUN_DIR_ENV: str(folder.resolve())}):
             papermill.execute_notebook(
                 str(notebook), str(executed), parameters=overrides, kernel_name=kernel,
                 cwd=str(folder), execution_timeout=timeout, progress_bar=progress)

@@ -25,7 +25,8 @@ from lab.sweeps.study import phases_reached
 
 
 def spec_of(study: optuna.Study) -> SweepSpec:
-    return load_spec(study.user_attrs["spec"])
+    """The spec stored with the study (checked when the study was made)."""
+    return load_spec(study.user_attrs["spec"], check_notebook=False)
 
 
 def trials(study: optuna.Study) -> list[dict[str, Any]]:

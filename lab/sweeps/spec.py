@@ -84,9 +84,6 @@ class SweepSpec:
                 if v is not None} for d in data.pop("space")}
         return data
 
-    def steps_per_phase(self, total: float) -> float:
-        return total / self.phases
-
 
 def _dimension(name: str, raw: Any) -> Dimension:
     where = f"space.{name}"
@@ -132,10 +129,12 @@ def _need(raw: dict, key: str, kind: type | tuple, check=None, message: str = ""
     return value
 
 
-def load_spec(source: str | Path | dict[str, Any], *, root: str | Path | None = None
-              ) -> SweepSpec:
+def load_spec(source: str | Path | dict[str, Any], *, root: str | Path | None = None,
+              check_notebook: bool = True) -> SweepSpec:
     """A :class:`SweepSpec` from a YAML file or a dict, checked; ``root`` is the folder a
-    relative notebook path is read from (the YAML file's project, or the working folder)."""
+    relative notebook path is read from (the YAML file's project, or the working folder).
+    ``check_notebook=False`` skips reading the notebook (its parameter names, and its
+    validator on the space's extremes): for a spec already checked when its study was made."""
     if isinstance(source, dict):
         raw = dict(source)
     else:
@@ -178,6 +177,9 @@ def load_spec(source: str | Path | dict[str, Any], *, root: str | Path | None = 
     notebook = Path(raw["notebook"])
     if not notebook.is_absolute():
         notebook = Path(root or Path.cwd()) / notebook
+    if not check_notebook:
+        return SweepSpec(**raw | {"space": space, "notebook": str(notebook),
+                                  "survival": float(raw["survival"])})
     if notebook.suffix != ".ipynb" or not notebook.is_file():
         raise SpecError(f"notebook {raw['notebook']} does not exist; give a .ipynb path")
     declared = notebook_parameters(notebook)

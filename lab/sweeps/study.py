@@ -116,8 +116,10 @@ def create(spec: SweepSpec, storage_url: str) -> optuna.Study:
     return study
 
 
-def load(storage_url: str, name: str, worker: int = 0) -> tuple[optuna.Study, SweepSpec]:
-    """The study and its spec, with the spec's sampler and pruner."""
+def load(storage_url: str, name: str, worker: int = 0, *, check_notebook: bool = True
+         ) -> tuple[optuna.Study, SweepSpec]:
+    """The study and its spec, with the spec's sampler and pruner; a worker checks the spec
+    against its own copy of the notebook (``check_notebook``), a trial's kernel need not."""
     plain = make_storage(storage_url)
     names = optuna.get_all_study_names(plain)
     if name not in names:
@@ -126,7 +128,7 @@ def load(storage_url: str, name: str, worker: int = 0) -> tuple[optuna.Study, Sw
     raw = optuna.load_study(study_name=name, storage=plain).user_attrs.get("spec")
     if raw is None:
         raise ValueError(f"study {name!r} was not created by `lab sweep` (it has no spec)")
-    spec = load_spec(raw)
+    spec = load_spec(raw, check_notebook=check_notebook)
     study = optuna.load_study(study_name=name, storage=make_storage(storage_url, spec.retries),
                               sampler=make_sampler(spec, worker), pruner=make_pruner(spec))
     return study, spec

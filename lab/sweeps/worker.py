@@ -12,7 +12,6 @@ and the trial is told PRUNED. A notebook that fails makes its trial FAIL; the sw
 """
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ import optuna
 from optuna.trial import TrialState
 
 from lab.experiments.phases import SWEEP_ENV
-from lab.experiments.runner import OK, PRUNED, run_notebook
+from lab.experiments.runner import OK, PRUNED, environ, run_notebook
 from lab.sweeps import study as studies
 from lab.sweeps.spec import SweepSpec, quantize
 
@@ -83,7 +82,7 @@ def run_trial(study: optuna.Study, trial: optuna.Trial, spec: SweepSpec, storage
     env = {"storage": storage_url, "study": spec.name, "trial_id": trial._trial_id,
            "phases": spec.phases}
     start = time.monotonic()
-    with heartbeat(study._storage, trial._trial_id), _environ(SWEEP_ENV, json.dumps(env)):
+    with heartbeat(study._storage, trial._trial_id), environ(**{SWEEP_ENV: json.dumps(env)}):
         try:
             result = run_notebook(spec.notebook, spec.fixed | values, out=out,
                                   timeout=spec.timeout, progress=False)
@@ -110,19 +109,6 @@ def run_trial(study: optuna.Study, trial: optuna.Trial, spec: SweepSpec, storage
     study.tell(trial, float(value) if end == TrialState.COMPLETE else None,
                state=None if end == TrialState.COMPLETE else end, skip_if_finished=True)
     return end
-
-
-@contextmanager
-def _environ(name: str, value: str):
-    saved = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = saved
 
 
 def work(storage_url: str, name: str, *, out: str | Path = "reports", worker: int = 0,
