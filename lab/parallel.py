@@ -10,9 +10,13 @@ and XLA's partitioner inserts the collectives.
 - ``shard_batch(batch, mesh)``: the leading axis of every leaf split over ``"data"``.
   Each process passes its own rows; on one host that is the whole batch.
 - ``shard_params(tree, mesh)``: parameters (or optimizer state) replicated, except that
-  with a ``model`` axis above 1 each weight matrix whose output size divides over it is
-  split along its output axis (``eqx.nn.Linear.weight`` has shape ``(out, in)``).
+  with a ``model`` axis above 1 each weight matrix is split over it along its larger axis
+  (``eqx.nn.Linear.weight`` has shape ``(out, in)``), when that axis divides.
   ``replicate(tree, mesh)`` replicates everything.
+- ``constrain_batch(tree, mesh)`` and ``constrain_params(tree, mesh)``: the same layouts
+  as sharding constraints inside a jitted function (a training loop in ``lax.scan``);
+  the identity when ``mesh`` is None, which is how the training code in ``lab.train``
+  takes an optional mesh. ``check_devices`` validates a notebook's ``devices`` parameter.
 - ``data_parallel(step, mesh)``: ``step(model, opt_state, batch) -> (model, opt_state,
   metrics)`` compiled with those shardings. A loss that averages over the batch is then a
   mean over the global batch, so its gradient is reduced across devices by XLA: the
@@ -93,11 +97,34 @@ def mesh(devices: int | None = None, model: int = 1) -> Mesh:
 
 
 def param_spec(x, model: int) -> PartitionSpec:
-    """Replicated, except a matrix whose output (first) axis divides over a ``model`` axis
-    of size above 1: that axis is split over ``"model"``."""
-    if model > 1 and np.ndim(x) == 2 and np.shape(x)[0] % model == 0:
-        return PartitionSpec("model", None)
+    """Replicated, except a matrix when the ``model`` axis is above 1: its larger axis (the
+    output axis on a tie) is split over ``"model"`` if it divides. For ``eqx.nn.Linear``'s
+    ``(out, in)`` weight that is column parallelism for a wide output (SAC-AE's decoder
+    projection 50 -> 39,200) and row parallelism for a wide input (its encoder projection
+    39,200 -> 50, whose partial products XLA then sums across the model devices)."""
+    if model > 1 and np.ndim(x) == 2:
+        rows, cols = np.shape(x)
+        if rows >= cols and rows % model == 0:
+            return PartitionSpec("model", None)
+        if cols % model == 0:
+            return PartitionSpec(None, "model")
+        if rows % model == 0:
+            return PartitionSpec("model", None)
     return REPLICATED
+
+
+def check_devices(devices: int, model: int = 1, **divide: int) -> None:
+    """Raise a one-line ValueError, before any work, when ``devices`` (and the ``model``
+    axis) cannot be laid out here, or when one of the named sizes (``batch_size=100``,
+    ``seeds=5``, ...) does not divide over the ``devices // model`` data devices."""
+    if devices < 1:
+        raise ValueError(f"devices must be at least 1, got {devices}")
+    mesh(devices, model)  # raises when there are fewer devices or the model axis does not divide
+    data = devices // model
+    for name, size in divide.items():
+        if size % data:
+            raise ValueError(f"{name} {size} does not divide over {data} data devices; use a "
+                             f"multiple of {data} or fewer devices")
 
 
 def _arrays(fn: Callable, tree):
@@ -107,17 +134,19 @@ def _arrays(fn: Callable, tree):
 
 def shard_batch(batch, mesh: Mesh):
     """Every array leaf of ``batch`` as a global array split over ``"data"`` along its
-    leading axis. With several processes each passes its own rows (process ``i`` holds
-    the ``i``-th block of the global batch); the global batch must divide over the data
-    devices."""
+    leading axis (rows of a batch, seeds, members of a population). With several processes
+    each passes its own rows (process ``i`` holds the ``i``-th block of the global batch);
+    the global batch must divide over the data devices."""
     data = mesh.shape["data"]
+    sharding = NamedSharding(mesh, BATCH)
 
     def put(x):
         rows = np.shape(x)[0] * jax.process_count()
         if rows % data:
             raise ValueError(f"a batch of {rows} does not divide over {data} data devices; "
                              f"use a multiple of {data}")
-        sharding = NamedSharding(mesh, BATCH)
+        if jax.process_count() == 1:
+            return jax.device_put(x, sharding)  # also takes typed PRNG keys
         return jax.make_array_from_process_local_data(sharding, np.asarray(x))
 
     return _arrays(put, batch)
@@ -137,6 +166,26 @@ def replicate(tree, mesh: Mesh):
     return _arrays(lambda x: jax.device_put(x, NamedSharding(mesh, REPLICATED)), tree)
 
 
+def constrain_batch(tree, mesh: Mesh | None):
+    """Inside jit: every array leaf of ``tree`` split over ``"data"`` along its leading
+    axis (``with_sharding_constraint``). The identity when ``mesh`` is None, so training
+    code takes an optional mesh and runs unchanged on one device."""
+    if mesh is None:
+        return tree
+    return _arrays(lambda x: jax.lax.with_sharding_constraint(x, NamedSharding(mesh, BATCH)),
+                   tree)
+
+
+def constrain_params(tree, mesh: Mesh | None):
+    """Inside jit: every array leaf of ``tree`` laid out by ``param_spec`` (replicated on a
+    data-only mesh). The identity when ``mesh`` is None."""
+    if mesh is None:
+        return tree
+    model = mesh.shape["model"]
+    return _arrays(lambda x: jax.lax.with_sharding_constraint(
+        x, NamedSharding(mesh, param_spec(x, model))), tree)
+
+
 def data_parallel(step: Callable, mesh: Mesh) -> Callable:
     """``step(model, opt_state, batch) -> (model, opt_state, metrics)``, jitted with the
     batch split over ``"data"``, the model and optimizer state laid out by ``param_spec``
@@ -144,19 +193,13 @@ def data_parallel(step: Callable, mesh: Mesh) -> Callable:
 
     ``step`` is written for one device: its loss averages over ``batch``, and XLA turns
     that mean over the sharded batch into a cross-device reduction of the gradients."""
-    model_axis = mesh.shape["model"]
-
-    def constrain(tree, spec):
-        return _arrays(lambda x: jax.lax.with_sharding_constraint(
-            x, NamedSharding(mesh, spec(x))), tree)
-
-    def params(tree):
-        return constrain(tree, lambda x: param_spec(x, model_axis))
 
     @eqx.filter_jit
     def parallel_step(model, opt_state, batch):
-        model, opt_state = params(model), params(opt_state)
-        model, opt_state, metrics = step(model, opt_state, constrain(batch, lambda x: BATCH))
-        return params(model), params(opt_state), constrain(metrics, lambda x: REPLICATED)
+        model, opt_state = constrain_params(model, mesh), constrain_params(opt_state, mesh)
+        model, opt_state, metrics = step(model, opt_state, constrain_batch(batch, mesh))
+        metrics = _arrays(lambda x: jax.lax.with_sharding_constraint(
+            x, NamedSharding(mesh, REPLICATED)), metrics)
+        return constrain_params(model, mesh), constrain_params(opt_state, mesh), metrics
 
     return parallel_step

@@ -113,7 +113,9 @@ def test_model_parallel_step_matches_single_device():
         for weight in (first.weight, hidden.weight, opt_state[0].mu.layers[3].weight):
             assert weight.sharding.spec == P("model", None), weight.sharding
             assert {s.data.shape[0] for s in weight.addressable_shards} == {32 // 4}
-        assert last.weight.sharding.is_fully_replicated  # 3 classes do not divide over 4
+        # (3, 32): the larger, input axis is split (row parallel); its bias is replicated
+        assert last.weight.sharding.spec == P(None, "model"), last.weight.sharding
+        assert last.bias.sharding.is_fully_replicated
         assert_close(model, train_single())
     """, devices=8)
 
