@@ -1,21 +1,18 @@
 """``lab.parallel`` on 8 simulated CPU devices and across 2 processes.
 
-The device count is fixed when jax starts, and this pytest process has already imported
-jax with one device, so every check runs in a fresh python with
-``XLA_FLAGS=--xla_force_host_platform_device_count=N`` in its environment. Each script is
+Every check runs in a fresh python that sees N simulated devices (``tests/devices.py``).
+Each script is
 ``PRELUDE`` (a small MLP classifier trained with Adam) followed by the test's asserts.
 """
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 
-from tests.conftest import ROOT
+from tests.devices import finish
+from tests.devices import run as devices_run
 
 PRELUDE = """
 import equinox as eqx
@@ -75,18 +72,7 @@ def assert_close(a, b):
 
 def run(body: str, devices: int, *args: str, wait: bool = True):
     """``PRELUDE + body`` in a new python that sees ``devices`` CPU devices."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-    process = subprocess.Popen(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(body), *args], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return finish(process) if wait else process
-
-
-def finish(process: subprocess.Popen) -> str:
-    out, err = process.communicate(timeout=120)
-    assert process.returncode == 0, err[-3000:]
-    return out
+    return devices_run(PRELUDE + textwrap.dedent(body), devices, *args, wait=wait)
 
 
 def test_data_parallel_step_matches_single_device():
@@ -133,6 +119,17 @@ def test_mesh_and_batch_errors_say_what_to_change():
             raise AssertionError("a batch of 8 on 3 devices did not raise")
         except ValueError as error:
             assert "batch of 8 does not divide over 3" in str(error), error
+        for call, message in [
+                (lambda: parallel.check_devices(0), "devices must be at least 1, got 0"),
+                (lambda: parallel.check_devices(8, model=3), "model axis (3) must divide"),
+                (lambda: parallel.check_devices(8, model=2, seeds=6),
+                 "seeds 6 does not divide over 4 data devices")]:
+            try:
+                call()
+                raise AssertionError(f"no error: {message}")
+            except ValueError as error:
+                assert message in str(error), error
+        parallel.check_devices(8, model=2, batch_size=100)
     """, devices=8)
 
 
