@@ -30,7 +30,7 @@ sweep-demo: $(SETUP)
 ## The whole test suite, in parallel; notebooks run with smoke parameters.
 test: $(SETUP)
 	$(VENV)/bin/ruff check lab tests benchmarks
-	$(PY) -m pytest -n auto --durations=20
+	$(PY) -m pytest -n auto --dist worksteal --durations=20
 
 ## Everything but the end-to-end notebook runs.
 test-fast: $(SETUP)

@@ -66,3 +66,9 @@ def suite():
         pytest.skip(problem)
     return pytest.importorskip(
         "dm_control.suite", reason="dm_control is not installed: pip install -e '.[dev,dmc]'")
+
+
+def pytest_collection_modifyitems(items):
+    """End-to-end notebook runs (marked ``slow``, minutes each) first, so that the xdist
+    workers (``--dist worksteal``) share them out early instead of finishing on one."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -2,6 +2,7 @@
 through plain papermill with smoke parameters."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import nbformat
 import pytest
 
 from lab.experiments import notebook_parameters, run_notebook
+from lab.experiments.records import RUN_DIR_ENV, read_metrics
 from tests.conftest import ROOT
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -30,9 +32,6 @@ SMOKE = {
                   "fixed": {"agent": "mpo", "compare": False, "seeds": 1, "widths": 8,
                             "batch_size": 8}},
 }
-# Run once, not twice: a sweep's trials are whole notebook runs (about 30 s each), and the
-# sweep machinery's own checks are in test_sweeps.py.
-RUN_ONCE = {"05_sweeps"}
 # Metrics each notebook must record.
 HEADLINE = {
     "00_quickstart": {"test_accuracy", "test_loss", "train_loss"},
@@ -70,35 +69,37 @@ def test_notebook_parameters_cell_holds_the_smoke_names(path):
     assert set(SMOKE[path.stem]) <= set(notebook_parameters(path))
 
 
+def untimed(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if "seconds" not in k}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_through_the_runner_deterministically(path, tmp_path):
-    out = tmp_path / "reports"
-    first = run_notebook(path, SMOKE[path.stem], out=out, progress=False)
+def test_notebook_runs_alike_through_the_runner_and_plain_papermill(path, tmp_path):
+    """One run through the runner and, at the same time, one under plain papermill (which
+    records its metrics only because LAB_RUN_DIR is set): the same notebook, parameters and
+    seed give the same metrics, wall-clock timings aside."""
+    papermill_dir = tmp_path / "papermill"
+    papermill_dir.mkdir()
+    out = papermill_dir / path.name
+    args = ["-y", json.dumps(SMOKE[path.stem])]  # JSON is YAML: lists keep their type
+    plain = subprocess.Popen(
+        [sys.executable, "-m", "papermill", str(path), str(out), "--cwd", str(papermill_dir),
+         *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, RUN_DIR_ENV: str(papermill_dir)})
+    try:
+        first = run_notebook(path, SMOKE[path.stem], out=tmp_path / "reports", progress=False)
+    finally:
+        _, err = plain.communicate(timeout=1800)
     assert first.status == "ok", first.error
     assert HEADLINE[path.stem] <= set(first.metrics)
     html = first.report.read_text()
     assert "status-ok" in html and "data:image/png" in html
-    if path.stem in RUN_ONCE:
-        return
-    second = run_notebook(path, SMOKE[path.stem], out=out, progress=False)
-    # same notebook, parameters and seed: the same metrics, wall-clock timings aside
-    untimed = [{k: v for k, v in r.metrics.items() if "seconds" not in k} for r in (first, second)]
-    assert untimed[0] == untimed[1]
-    assert second.run_dir != first.run_dir  # nothing overwritten
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_under_plain_papermill(path, tmp_path):
-    args = ["-y", json.dumps(SMOKE[path.stem])]  # JSON is YAML: lists keep their type
-    out = tmp_path / path.name
-    result = subprocess.run(
-        [sys.executable, "-m", "papermill", str(path), str(out), "--cwd", str(tmp_path), *args],
-        capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert plain.returncode == 0, err[-2000:]
     executed = nbformat.read(out, as_version=4)
     assert any(cell.get("outputs") for cell in executed.cells)
+    if path.stem != "05_sweeps":  # trials named after their run folders differ by design
+        assert untimed(first.metrics) == untimed(read_metrics(papermill_dir))
 
 
 @pytest.mark.parametrize("name, value, message", [

@@ -213,6 +213,7 @@ def _check_finished_sweep(study, spec, out):
     assert "report.html" in page.read_text() and sweep_report.survival(study)[0] == ran
 
 
+@pytest.mark.slow
 def test_a_sweep_with_4_workers_on_sqlite_prunes_and_survives_a_crashing_notebook(toy,
                                                                                   tmp_path):
     spec = load_spec(_spec(toy, trials=12, space={
@@ -243,6 +244,7 @@ def _worker(storage, name, out, env=None):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@pytest.mark.slow
 def test_a_killed_workers_trial_is_failed_by_heartbeat_and_run_again(toy, tmp_path,
                                                                       monkeypatch):
     from lab.sweeps.study import create, default_storage
@@ -300,6 +302,7 @@ def postgres():
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_a_sweep_with_4_workers_on_a_real_postgresql_server(toy, tmp_path, postgres):
     spec = load_spec(_spec(toy, trials=8))
     out = tmp_path / "reports"
