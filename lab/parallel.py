@@ -49,12 +49,16 @@ the metrics can be read on every process. On CPU the cross-process collectives u
 (``jax_cpu_collectives_implementation``, the default in jax 0.10).
 """
 
+import functools
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import numpy as np
+from jax._src import xla_bridge
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 SIMULATE = "XLA_FLAGS=--xla_force_host_platform_device_count=N"
@@ -113,13 +117,38 @@ def param_spec(x, model: int) -> PartitionSpec:
     return REPLICATED
 
 
+def available_devices() -> tuple[int, str]:
+    """How many devices jax sees here, and their platform. Where this process has not
+    started a jax backend yet (the runner checking a notebook's parameters), a child
+    process counts them: starting one here would hold GPU memory the notebook needs."""
+    if xla_bridge.backends_are_initialized():
+        return len(jax.devices()), jax.devices()[0].platform
+    return _count_in_child()
+
+
+@functools.cache
+def _count_in_child() -> tuple[int, str]:
+    code = "import jax; print(len(jax.devices()), jax.devices()[0].platform)"
+    env = os.environ | {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300, check=True)
+    count, platform = out.stdout.split()
+    return int(count), platform
+
+
 def check_devices(devices: int, model: int = 1, **divide: int) -> None:
     """Raise a one-line ValueError, before any work, when ``devices`` (and the ``model``
     axis) cannot be laid out here, or when one of the named sizes (``batch_size=100``,
     ``seeds=5``, ...) does not divide over the ``devices // model`` data devices."""
     if devices < 1:
         raise ValueError(f"devices must be at least 1, got {devices}")
-    mesh(devices, model)  # raises when there are fewer devices or the model axis does not divide
+    if devices > 1:
+        count, platform = available_devices()
+        if devices > count:
+            raise ValueError(f"asked for {devices} devices but there are {count} ({platform}); "
+                             f"on CPU, simulate more with {SIMULATE} set before jax is imported")
+    if model < 1 or devices % model:
+        raise ValueError(f"the model axis ({model}) must divide the {devices} devices")
     data = devices // model
     for name, size in divide.items():
         if size % data:

@@ -108,6 +108,16 @@ def test_model_parallel_step_matches_single_device():
 
 def test_mesh_and_batch_errors_say_what_to_change():
     run("""
+        from jax._src import xla_bridge
+        # before any jax work (the runner checking a notebook's parameters) the devices are
+        # counted in a child process, so this process holds no device memory
+        parallel.check_devices(8, model=2, seeds=4)
+        assert not xla_bridge.backends_are_initialized()
+        try:
+            parallel.check_devices(9)
+            raise AssertionError("check_devices(9) on 8 devices did not raise")
+        except ValueError as error:
+            assert "9 devices but there are 8" in str(error), error
         try:
             parallel.mesh(16)
             raise AssertionError("mesh(16) on 8 devices did not raise")
