@@ -12,7 +12,9 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
+from lab import parallel
 from lab.data import DATASETS, load
 from lab.train.proxprop import (
     Curves,
@@ -52,6 +54,15 @@ class Setup:
     backprop_lr: float
     lr_grid: tuple[float, ...]
     seeds: int
+    devices: int = 1
+    """Devices each minibatch is split over (``devices // model_devices`` ways)."""
+    model_devices: int = 1
+    """How many of them split each wide weight matrix (the ``"model"`` mesh axis)."""
+
+    @property
+    def mesh(self) -> Mesh:
+        """The first ``devices`` devices as a ``data x model`` grid (:func:`parallel.mesh`)."""
+        return parallel.mesh(self.devices, self.model_devices)
 
     @property
     def lrs(self) -> np.ndarray:
@@ -61,7 +72,8 @@ class Setup:
 
 def configure(*, preset: str, dataset: str, arch: str, hidden: list[int], solver: str,
               optimizer: str, lr: float, backprop_lr: float, tau: float, epochs: int,
-              batch_size: int, seeds: int, lr_grid: list[float]) -> Setup:
+              batch_size: int, seeds: int, lr_grid: list[float], devices: int = 1,
+              model_devices: int = 1) -> Setup:
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
     The runner calls this before it starts a kernel (the notebook's metadata names it)."""
     p = apply_preset(preset, dict(dataset=dataset, arch=arch, hidden=hidden, solver=solver,
@@ -78,8 +90,9 @@ def configure(*, preset: str, dataset: str, arch: str, hidden: list[int], solver
     config = ProxPropConfig(arch=p["arch"], hidden=tuple(p["hidden"]), solver=p["solver"],
                             tau=p["tau"], optimizer=p["optimizer"], epochs=p["epochs"],
                             batch_size=p["batch_size"])
+    parallel.check_devices(devices, model_devices, batch_size=config.batch_size)
     return Setup(config, p["dataset"], float(p["lr"]), float(p["backprop_lr"]),
-                 tuple(map(float, p["lr_grid"])), seeds)
+                 tuple(map(float, p["lr_grid"])), seeds, devices, model_devices)
 
 
 @dataclass(frozen=True)
@@ -103,14 +116,16 @@ def load_data(setup: Setup):
 
 def compare(setup: Setup, data) -> Comparison:
     """Train both methods over ``setup.lrs`` and ``setup.seeds``, and time one epoch of
-    each at its own given step size."""
-    backprop = replace(setup.config, solver="gradient")
+    each at its own given step size, on ``setup.mesh``."""
+    backprop, mesh = replace(setup.config, solver="gradient"), setup.mesh
     return Comparison(
         lrs=setup.lrs,
-        backprop=jax_to_numpy(train_grid(backprop, data, setup.lrs, setup.seeds)),
-        proxprop=jax_to_numpy(train_grid(setup.config, data, setup.lrs, setup.seeds)),
-        backprop_seconds_per_epoch=seconds_per_epoch(backprop, data, setup.backprop_lr),
-        proxprop_seconds_per_epoch=seconds_per_epoch(setup.config, data, setup.lr),
+        backprop=jax_to_numpy(train_grid(backprop, data, setup.lrs, setup.seeds, mesh=mesh)),
+        proxprop=jax_to_numpy(train_grid(setup.config, data, setup.lrs, setup.seeds,
+                                         mesh=mesh)),
+        backprop_seconds_per_epoch=seconds_per_epoch(backprop, data, setup.backprop_lr,
+                                                     mesh=mesh),
+        proxprop_seconds_per_epoch=seconds_per_epoch(setup.config, data, setup.lr, mesh=mesh),
     )
 
 
