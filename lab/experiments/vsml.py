@@ -6,6 +6,11 @@ Claims (Kirsch & Schmidhuber 2021), measured over several meta-training seeds:
 (2) early in the stream (the first ``test_steps`` examples) it beats online SGD and Adam
     whose step sizes were tuned on the meta-training tasks;
 (3) it generalises to the unseen tasks better than a Meta-RNN meta-trained the same way.
+
+With ``devices`` above 1, meta-training (of VS-ML and of the Meta-RNN) is split over that
+many devices with ``lab.parallel``: the ES population (a multiple of ``devices``) or, for
+meta-gradients, the batch of tasks (``tasks_per_batch`` and ``meta_rnn_tasks_per_batch``
+multiples of ``devices``). Meta-testing, the baselines and learning backprop run on one.
 """
 
 import hashlib
@@ -20,7 +25,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
+from lab import parallel
 from lab.data import DATASETS, TaskSource, is_cached, load
 from lab.experiments import vsml_backprop
 from lab.experiments.provenance import now
@@ -64,6 +71,11 @@ class Setup:
     theta: str  # "train" or "shipped"
     checkpoint: bool
     backprop: vsml_backprop.Setup  # the learning-backprop experiment
+    devices: int = 1  # meta-training is split over this many devices
+
+    def mesh(self) -> Mesh | None:
+        """The devices meta-training runs on; None on one device (no sharding at all)."""
+        return None if self.devices == 1 else parallel.mesh(self.devices)
 
     def learner_config(self, learner: str) -> MetaConfig:
         if learner == "vsml":
@@ -83,7 +95,7 @@ def configure(*, method: str, iterations: int, tasks_per_batch: int, lr: float,
               inputs: int, classes: int, hidden: list[int], layer_norm: bool, steps: int,
               test_steps: int, test_episodes: int, seeds: int, tasks: list[str],
               image_tasks: list[str], theta: str, checkpoint: bool, backprop_alpha: float,
-              backprop_iterations: int) -> Setup:
+              backprop_iterations: int, devices: int = 1) -> Setup:
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one."""
     unknown = [t for t in [*tasks, *image_tasks] if t not in DATASETS]
     if unknown:
@@ -108,6 +120,11 @@ def configure(*, method: str, iterations: int, tasks_per_batch: int, lr: float,
                          f"{meta_rnn_tasks_per_batch}")
     meta = MetaConfig(method=method, iterations=iterations, tasks=tasks_per_batch, lr=lr,
                       population=population)
+    if method == "es":  # the population is split over the devices
+        parallel.check_devices(devices, population=population)
+    else:  # each learner's batch of tasks is
+        parallel.check_devices(devices, tasks_per_batch=tasks_per_batch,
+                               meta_rnn_tasks_per_batch=meta_rnn_tasks_per_batch)
     try:
         backprop = vsml_backprop.configure(
             alpha=backprop_alpha, iterations=backprop_iterations, pairs=64, steps=50, lr=3e-2,
@@ -119,7 +136,8 @@ def configure(*, method: str, iterations: int, tasks_per_batch: int, lr: float,
     setup = Setup(meta, meta_rnn_lr, meta_rnn_tasks_per_batch, inputs, classes, tuple(hidden),
                   layer_norm, steps, test_steps, test_episodes, seeds,
                   tuple(dict.fromkeys([*tasks, *cached])),
-                  tuple(t for t in image_tasks if t not in cached), theta, checkpoint, backprop)
+                  tuple(t for t in image_tasks if t not in cached), theta, checkpoint, backprop,
+                  devices)
     if theta == "shipped":
         for seed in range(seeds):
             _check_shipped(setup, seed)
@@ -189,7 +207,8 @@ def meta_train(setup: Setup, learner: str, seed: int, *, every: int = 250,
             stopped.append(finished)
         return go_on
 
-    train = make_meta_train(setup.learner_config(learner), digits_source(setup, setup.steps))
+    train = make_meta_train(setup.learner_config(learner), digits_source(setup, setup.steps),
+                            setup.mesh())
     model, (losses, _) = train(build(setup, learner, init_key), train_key, checkpoint=path,
                                every=every, callback=None if callback is None else watched)
     origin = "meta-trained" if not done else f"resumed from iteration {done} of {path}"

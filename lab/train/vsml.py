@@ -10,6 +10,11 @@ inside ``lax.scan`` (in checkpointed chunks if asked), for either method:
 - ``"es"``: antithetic evolution strategies, the population evaluated with ``vmap``,
   Adam on the estimated gradient (Salimans et al. 2017, as used by Kirsch &
   Schmidhuber 2021).
+
+With a ``mesh`` (:func:`lab.parallel.mesh`) the work is split over its ``"data"`` devices
+by JAX's sharding: the population's perturbed parameter vectors for ``"es"``, the batch of
+tasks for ``"gradient"``; theta and the optimizer state are replicated. Without one
+(``None``) everything runs as on one device.
 """
 
 from dataclasses import asdict, dataclass, replace
@@ -21,7 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
+from jax.sharding import Mesh
 
+from lab import parallel
 from lab.data.tasks import TaskSource
 from lab.models.vsml import VSMLNetwork, online_loss
 from lab.train import checkpoint as checkpoints
@@ -62,8 +69,11 @@ class MetaConfig:
             raise ValueError(f"lr and sigma must be positive, got {self.lr} and {self.sigma}")
 
 
-def meta_loss(net: VSMLNetwork, source: TaskSource, key: jax.Array, tasks: int):
-    """Mean online cross-entropy over ``tasks`` fresh episodes; returns (loss, accuracy)."""
+def meta_loss(net: VSMLNetwork, source: TaskSource, key: jax.Array, tasks: int,
+              mesh: Mesh | None = None):
+    """Mean online cross-entropy over ``tasks`` fresh episodes; returns (loss, accuracy).
+    With ``mesh`` the episodes are split over its ``"data"`` devices (``tasks`` must
+    divide over them); the means are then reduced across devices by XLA."""
 
     def episode(key):
         k_task, k_state = jax.random.split(key)
@@ -71,19 +81,24 @@ def meta_loss(net: VSMLNetwork, source: TaskSource, key: jax.Array, tasks: int):
         loss, correct = online_loss(net(xs, ys, k_state), ys)
         return loss, correct.mean()
 
-    losses, accuracies = jax.vmap(episode)(jax.random.split(key, tasks))
+    keys = parallel.constrain_batch(jax.random.split(key, tasks), mesh)
+    losses, accuracies = jax.vmap(episode)(keys)
     return losses.mean(), accuracies.mean()
 
 
-def es_gradient(loss_fn, params, key: jax.Array, population: int, sigma: float):
+def es_gradient(loss_fn, params, key: jax.Array, population: int, sigma: float,
+                mesh: Mesh | None = None):
     """Antithetic ES estimate of the gradient of ``loss_fn`` at ``params`` (a pytree).
 
     For ``population / 2`` directions ``eps ~ N(0, I)``:
     ``g = 1 / (population * sigma) * sum_eps (L(theta + sigma eps) - L(theta - sigma eps)) eps``.
-    Returns ``(g, mean loss of the population)``."""
+    Returns ``(g, mean loss of the population)``. With ``mesh`` the ``population`` rows of
+    perturbed parameters are split over its ``"data"`` devices (``population`` must divide
+    over them), each device evaluating its members."""
     flat, unravel = ravel_pytree(params)
     eps = jax.random.normal(key, (population // 2, flat.size), flat.dtype)
-    perturbed = jnp.concatenate([flat + sigma * eps, flat - sigma * eps])
+    perturbed = parallel.constrain_batch(jnp.concatenate([flat + sigma * eps, flat - sigma * eps]),
+                                         mesh)
     losses = jax.vmap(lambda theta: loss_fn(unravel(theta)))(perturbed)
     plus, minus = jnp.split(losses, 2)
     grad = (plus - minus) @ eps / (population * sigma)
@@ -98,18 +113,20 @@ def _optimizer(config: MetaConfig) -> optax.GradientTransformation:
 
 @eqx.filter_jit
 def _iterations(config: MetaConfig, source: TaskSource, learner, opt_state, key: jax.Array,
-                first: jax.Array, count: int):
+                first: jax.Array, count: int, mesh: Mesh | None):
     """Meta-iterations ``first .. first + count - 1`` in one ``lax.scan``. At module level,
-    with the configuration static and the data traced, so that every call of the same
-    configuration and shapes (seeds, reruns, chunks) shares one compilation."""
+    with the configuration and the mesh static and the data traced, so that every call of
+    the same configuration, mesh and shapes (seeds, reruns, chunks) shares one compilation."""
     optimizer = _optimizer(config)
     params, static = eqx.partition(learner, eqx.is_array)
+    # the batch of tasks is split over the devices only where it is not inside the population
+    tasks_mesh = mesh if config.method == "gradient" else None
 
     def loss(params, key):
-        return meta_loss(eqx.combine(params, static), source, key, config.tasks)
+        return meta_loss(eqx.combine(params, static), source, key, config.tasks, tasks_mesh)
 
     def iteration(carry, i):
-        params, opt_state = carry
+        params, opt_state = parallel.constrain_params(carry, mesh)
         k_iteration = jax.random.fold_in(key, i)
         if config.method == "gradient":
             (value, accuracy), grads = jax.value_and_grad(loss, has_aux=True)(
@@ -118,17 +135,18 @@ def _iterations(config: MetaConfig, source: TaskSource, learner, opt_state, key:
             k_tasks, k_noise = jax.random.split(k_iteration)
             # every member of the population sees the same tasks (common random numbers)
             grads, value = es_gradient(lambda p: loss(p, k_tasks)[0], params, k_noise,
-                                       config.population, config.sigma)
+                                       config.population, config.sigma, mesh)
             accuracy = jnp.nan  # not measured for the population
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), (value, accuracy)
+        carry = parallel.constrain_params((optax.apply_updates(params, updates), opt_state), mesh)
+        return carry, (value, accuracy)
 
     (params, opt_state), history = jax.lax.scan(
         iteration, (params, opt_state), first + jnp.arange(count))
     return eqx.combine(params, static), opt_state, history
 
 
-def make_meta_train(config: MetaConfig, source: TaskSource):
+def make_meta_train(config: MetaConfig, source: TaskSource, mesh: Mesh | None = None):
     """``meta_train(learner, key, *, checkpoint=None, every=None, callback=None) -> (learner,
     (losses, accuracies))``, one value per meta-iteration (numpy arrays).
 
@@ -144,7 +162,17 @@ def make_meta_train(config: MetaConfig, source: TaskSource):
     chunk with the history so far (``done`` iterations) and the learner then; when it
     returns ``False`` meta-training stops there and returns that learner and the history,
     NaN beyond ``done`` (a checkpoint holds what was done, so a later call resumes).
+
+    With ``mesh`` (:func:`lab.parallel.mesh`) each iteration is split over its ``"data"``
+    devices: the ES population (``config.population`` must divide over them) or, for
+    ``"gradient"``, the batch of tasks (``config.tasks`` must divide); the learner and the
+    optimizer state stay replicated. The result equals the one-device result up to float
+    rounding, so a checkpoint resumes on any number of devices.
     """
+    if mesh is not None:  # one-line error before any work, as for a notebook's `devices`
+        split = {"population": config.population} if config.method == "es" else {
+            "tasks": config.tasks}
+        parallel.check_devices(mesh.devices.size, mesh.shape["model"], **split)
     optimizer = _optimizer(config)
     # the chunk does not depend on the run's length: runs of any length share a compilation
     chunk_config = replace(config, iterations=1)
@@ -166,7 +194,7 @@ def make_meta_train(config: MetaConfig, source: TaskSource):
         while done < config.iterations:
             count = min(every, config.iterations - done)
             learner, opt_state, (losses, accuracies) = _iterations(
-                chunk_config, source, learner, opt_state, key, jnp.asarray(done), count)
+                chunk_config, source, learner, opt_state, key, jnp.asarray(done), count, mesh)
             history[:, done:done + count] = np.asarray(losses), np.asarray(accuracies)
             done += count
             if checkpoint is not None:
