@@ -13,6 +13,12 @@ variants the four claims need, each over ``seeds`` seeds run together with ``jax
 
 "Reaches the threshold at step t" means the mean over seeds of the evaluation return is at or
 above it at the evaluation after t environment steps (per seed too, in ``metrics.json``).
+
+With ``devices`` above 1 the seeds are split over that many devices (``seeds`` a multiple of
+``devices``; ``lab.parallel``): for MPO and search each device trains its own seeds; V-MPO
+puts its seeds on ``gcd(devices, seeds)`` devices and splits each seed's environments over
+the rest (``lab.train.vmpo.mesh_shape``), so with one seed all devices share its
+environments. ``dmc:*`` environments run on the host, on one device.
 """
 
 import inspect
@@ -24,7 +30,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
+from lab import parallel
 from lab.envs.control import ControlTask
 from lab.models.policy import sample_actions
 from lab.rl import mpo as mpo_losses
@@ -68,6 +76,8 @@ class Setup:
     variants: tuple[Variant, ...]
     focus: str
     """The name of the chosen agent's variant (shown in detail)."""
+    devices: int = 1
+    """Devices the seeds (and V-MPO's environments) are split over."""
 
     @property
     def is_dmc(self) -> bool:
@@ -83,18 +93,26 @@ class Setup:
     def variant(self, name: str) -> Variant:
         return next(v for v in self.variants if v.name == name)
 
+    def mesh(self, variant: Variant) -> Mesh | None:
+        """The device mesh ``variant`` trains on; None on one device (no sharding at all)."""
+        if self.devices == 1:
+            return None
+        envs = vmpo.mesh_shape(self.devices, self.seeds)[1] if variant.kind == "vmpo" else 1
+        return parallel.mesh(self.devices, model=envs)
+
 
 def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, model: str,
               search_in: str, updates_per_step: int, more_updates: int, compare: bool,
               seeds: int, total_steps: int, eval_every: int, vmpo_steps: int, widths: int,
-              batch_size: int, learning_rate: float, n_step: int, discount: float) -> Setup:
+              batch_size: int, learning_rate: float, n_step: int, discount: float,
+              devices: int = 1) -> Setup:
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
     The runner calls this before it starts a kernel (the notebook's metadata names it)."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     p = dict(env=env, agent=agent, depth=depth, branching=branching, model=model,
              search_in=search_in, updates_per_step=updates_per_step,
-             more_updates=more_updates, compare=compare, seeds=seeds,
+             more_updates=more_updates, compare=compare, seeds=seeds, devices=devices,
              total_steps=total_steps, eval_every=eval_every, vmpo_steps=vmpo_steps,
              widths=widths, batch_size=batch_size, learning_rate=learning_rate, n_step=n_step,
              discount=discount) | PRESETS[preset]
@@ -107,6 +125,11 @@ def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, 
         raise ValueError(f"agent must be one of {', '.join(AGENTS)}, got {p['agent']!r}")
     if p["seeds"] < 1:
         raise ValueError(f"seeds must be at least 1, got {p['seeds']}")
+    if p["devices"] != 1 and p["env"].startswith(DMC_PREFIX):
+        raise ValueError(f"dmc:* environments step on the host, one seed after another on one "
+                         f"device: set devices 1 (got {p['devices']})")
+    if p["agent"] != "vmpo" or p["compare"]:  # MPO and search: whole seeds per device
+        parallel.check_devices(p["devices"], seeds=p["seeds"])
     if p["widths"] < 1:
         raise ValueError(f"widths must be at least 1, got {p['widths']}")
     if not p["learning_rate"] > 0:
@@ -143,6 +166,7 @@ def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, 
     if p["agent"] == "vmpo" or p["compare"]:
         vmpo_config = vmpo.VMPOConfig(widths=width, total_steps=p["vmpo_steps"],
                                       eval_every=_vmpo_eval_every(p["vmpo_steps"]))
+        vmpo.check_devices(vmpo_config, p["devices"], p["seeds"])
     named = {
         "mpo": Variant("mpo", "mpo", mpo_base),
         f"mpo_x{p['more_updates']}": Variant(f"mpo_x{p['more_updates']}", "mpo", more),
@@ -159,7 +183,8 @@ def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, 
         chosen = [focus] + [n for n in named if n != focus]
     else:
         chosen = [focus]
-    return Setup(p["env"], p["agent"], p["seeds"], tuple(named[n] for n in chosen), focus)
+    return Setup(p["env"], p["agent"], p["seeds"], tuple(named[n] for n in chosen), focus,
+                 p["devices"])
 
 
 def _vmpo_eval_every(total_steps: int) -> int:
@@ -194,7 +219,7 @@ class Result:
 
 
 def train(setup: Setup, variant: Variant, callback=None) -> Result:
-    """Train all seeds of one variant together (vmapped)."""
+    """Train all seeds of one variant together (vmapped), on ``setup.mesh(variant)``."""
     keys = jax.random.split(jax.random.key(0), setup.seeds)
     if setup.is_dmc:  # stepped on the host, one seed after another
         from lab.envs.dmc_states import make_dmc_states
@@ -208,9 +233,11 @@ def train(setup: Setup, variant: Variant, callback=None) -> Result:
                                *agents)
         run = SimpleNamespace(agent=stacked)
     elif variant.kind == "vmpo":
-        run, history = vmpo.train(variant.config, setup.make_task(), keys, callback=callback)
+        run, history = vmpo.train(variant.config, setup.make_task(), keys, callback=callback,
+                                  mesh=setup.mesh(variant))
     else:
-        run, history = mpo.train(variant.config, setup.make_task(), keys, callback=callback)
+        run, history = mpo.train(variant.config, setup.make_task(), keys, callback=callback,
+                                 mesh=setup.mesh(variant))
     return Result(variant, run, history)
 
 

@@ -19,7 +19,9 @@ clipped to ``[-1, 1]`` before the environment and the critic see them; the log-l
 the unclipped samples.
 
 ``make_run(config, task)`` returns the ``init / interval / evaluate`` functions of one seed,
-which ``lab.train.rl_loop.run_seeds`` vmaps over seeds: ``train(config, task, keys)``.
+which ``lab.train.rl_loop.run_seeds`` vmaps over seeds: ``train(config, task, keys)``. With
+``mesh=lab.parallel.mesh(devices)`` the seeds are split over the devices (``len(keys)`` a
+multiple of ``devices``): each device steps its own seeds' environments, replay and updates.
 """
 
 import dataclasses
@@ -29,6 +31,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
+from jax.sharding import Mesh
 
 from lab.envs import rollout
 from lab.envs.control import ControlTask
@@ -420,9 +423,10 @@ def episode_return(config: MPOConfig, task: ControlTask, agent: Agent, key: jax.
         task, lambda state, obs, k: act(config, task, agent, state, obs, k, explore=False), key)
 
 
-def train(config: MPOConfig, task: ControlTask, keys: jax.Array, *, callback=None
-          ) -> tuple[Run, History]:
-    """Train one seed per key together (vmapped); see ``lab.train.rl_loop.run_seeds``."""
+def train(config: MPOConfig, task: ControlTask, keys: jax.Array, *, callback=None,
+          mesh: Mesh | None = None) -> tuple[Run, History]:
+    """Train one seed per key together (vmapped), the seeds split over ``mesh``'s ``"data"``
+    axis when one is given; see ``lab.train.rl_loop.run_seeds``."""
     init, interval, evaluate = make_run(config, task)
     return run_seeds(init, interval, evaluate, keys, num_intervals=config.num_intervals,
-                     steps_per_interval=config.eval_every, callback=callback)
+                     steps_per_interval=config.eval_every, callback=callback, mesh=mesh)

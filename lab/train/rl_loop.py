@@ -9,6 +9,13 @@ them once (the compile time is reported apart), calls them from Python once per 
 times each call, so returns can be plotted against environment steps and against wall-clock
 seconds. A ``callback(history)`` after each
 evaluation can draw live plots or stop the run by returning ``False``.
+
+With a ``mesh`` (``lab.parallel.mesh``) the seeds are split over its ``"data"`` axis: the
+keys are placed with ``parallel.shard_batch`` and the run state is kept there by sharding
+constraints inside the jitted ``init``, ``interval`` and ``evaluate``, so each device inits
+and steps its own seeds' environments, replay and updates, with no cross-device traffic.
+An agent can pass its own ``constrain(run, mesh)`` (V-MPO also splits each seed's
+environments over ``"model"``). Without a mesh nothing changes.
 """
 
 import time
@@ -19,6 +26,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
+
+from lab import parallel
 
 
 class History(NamedTuple):
@@ -40,19 +50,35 @@ class History(NamedTuple):
 
 def run_seeds(init: Callable[[jax.Array], Any], interval: Callable, evaluate: Callable,
               keys: jax.Array, *, num_intervals: int, steps_per_interval: int,
-              callback: Callable[[History], bool | None] | None = None
+              callback: Callable[[History], bool | None] | None = None,
+              mesh: Mesh | None = None,
+              constrain: Callable[[Any, Mesh | None], Any] = parallel.constrain_batch
               ) -> tuple[Any, History]:
     """Train ``len(keys)`` seeds together for ``num_intervals`` intervals.
 
     Returns the final (batched) run state and the ``History``. When ``callback`` returns
-    ``False`` the run stops after that evaluation and the history holds what ran.
+    ``False`` the run stops after that evaluation and the history holds what ran. With a
+    ``mesh`` the seeds must divide over its ``"data"`` axis; ``constrain(run, mesh)`` lays out
+    the batched run state inside jit (default: every leaf's seed axis over ``"data"``,
+    ``parallel.constrain_batch``); the metrics and returns are split over ``"data"``.
     """
-    init_v = eqx.filter_jit(eqx.filter_vmap(init))
-    interval_v = eqx.filter_jit(eqx.filter_vmap(interval, in_axes=(0, None)))
-    evaluate_v = eqx.filter_jit(eqx.filter_vmap(evaluate))
+    vmapped_init = eqx.filter_vmap(init)
+    vmapped_interval = eqx.filter_vmap(interval, in_axes=(0, None))
+    vmapped_evaluate = eqx.filter_vmap(evaluate)
+
+    def placed(fn):
+        """``fn(run, ...) -> (run, per_seed)`` with ``run`` laid out by ``constrain`` and
+        ``per_seed`` (metrics, returns) split over ``"data"`` like the seeds."""
+        def call(run, *args):
+            run, per_seed = fn(constrain(run, mesh), *args)
+            return constrain(run, mesh), parallel.constrain_batch(per_seed, mesh)
+        return eqx.filter_jit(call)
+
+    init_v = eqx.filter_jit(lambda keys: constrain(vmapped_init(keys), mesh))
+    interval_v, evaluate_v = placed(vmapped_interval), placed(vmapped_evaluate)
 
     start = time.perf_counter()
-    run = init_v(keys)
+    run = init_v(keys if mesh is None else parallel.shard_batch(keys, mesh))
     interval_c = interval_v.lower(run, jnp.zeros((), jnp.int32)).compile()
     evaluate_c = evaluate_v.lower(run).compile()
     compile_seconds = time.perf_counter() - start

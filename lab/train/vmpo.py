@@ -22,16 +22,29 @@ and no return normalisation (PopArt). Evaluation acts with the clipped policy me
 
 ``make_run(config, task)`` returns the ``init / interval / evaluate`` functions of one seed,
 which ``lab.train.rl_loop.run_seeds`` vmaps over seeds: ``train(config, task, keys)``.
+
+On several devices (``train(..., mesh=...)``) the seeds go over the mesh's ``"data"`` axis and
+each seed's ``num_envs`` environments over its ``"model"`` axis (which only ever holds
+environments here: the networks are replicated). ``mesh_shape(devices, seeds)`` is the rule:
+``g = gcd(devices, seeds)`` devices for the seeds and ``devices // g`` for each seed's
+environments, which must divide ``num_envs``. So with ``seeds`` a multiple of ``devices``
+every device steps whole seeds (as MPO does); with one seed, all devices split its
+environments; 4 seeds on 8 devices are a 4 x 2 grid. The rollouts then cross no device, and
+each update's means over the ``unroll * num_envs`` batch are reduced over the seed's
+environment devices by XLA.
 """
 
 import dataclasses
+import math
 from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from lab import parallel
 from lab.envs import rollout
 from lab.envs.control import ControlTask
 from lab.models.policy import GaussianPolicy, ValueCritic
@@ -267,6 +280,37 @@ class Run(eqx.Module):
     key: jax.Array
 
 
+def mesh_shape(devices: int, seeds: int) -> tuple[int, int]:
+    """``(seed devices, environment devices)``: the seeds over ``gcd(devices, seeds)``
+    devices (``"data"``) and each seed's environments over the rest (``"model"``)."""
+    data = math.gcd(devices, seeds)
+    return data, devices // data
+
+
+def check_devices(config: VMPOConfig, devices: int, seeds: int) -> None:
+    """One-line errors when ``devices`` cannot hold ``seeds`` seeds of ``config``'s layout."""
+    envs = mesh_shape(devices, seeds)[1]
+    parallel.check_devices(devices, model=envs, seeds=seeds)
+    if config.num_envs % envs:
+        raise ValueError(f"V-MPO splits each seed's {config.num_envs} environments over "
+                         f"devices // gcd(devices, seeds) = {envs} devices, which does not "
+                         f"divide them; use devices that divide seeds x {config.num_envs}")
+
+
+def constrain(run: Run, mesh: Mesh | None) -> Run:
+    """Inside jit: the batched run state's seed axis over ``"data"`` and, in the environment
+    fields ``(S, num_envs, ...)``, the environment axis over ``"model"``. The identity
+    without a mesh."""
+    if mesh is None:
+        return run
+    envs = NamedSharding(mesh, PartitionSpec("data", "model"))
+    agent, key = parallel.constrain_batch((run.agent, run.key), mesh)
+    env_state, obs, episode_return = jax.tree.map(
+        lambda x: jax.lax.with_sharding_constraint(x, envs) if eqx.is_array(x) else x,
+        (run.env_state, run.obs, run.episode_return))
+    return Run(agent, env_state, obs, episode_return, key)
+
+
 def make_run(config: VMPOConfig, task: ControlTask):
     """``(init, interval, evaluate)`` of one seed, for ``lab.train.rl_loop.run_seeds``."""
 
@@ -336,9 +380,12 @@ def episode_return(task: ControlTask, agent: Agent, key: jax.Array) -> jax.Array
     return rollout.episode_return(task, lambda state, obs, k: act(agent, obs), key)
 
 
-def train(config: VMPOConfig, task: ControlTask, keys: jax.Array, *, callback=None
-          ) -> tuple[Run, History]:
-    """Train one seed per key together (vmapped); see ``lab.train.rl_loop.run_seeds``."""
+def train(config: VMPOConfig, task: ControlTask, keys: jax.Array, *, callback=None,
+          mesh: Mesh | None = None) -> tuple[Run, History]:
+    """Train one seed per key together (vmapped), laid out on ``mesh`` by ``constrain`` when
+    one is given (``lab.parallel.mesh(devices, model=mesh_shape(devices, seeds)[1])``); see
+    ``lab.train.rl_loop.run_seeds``."""
     init, interval, evaluate = make_run(config, task)
     return run_seeds(init, interval, evaluate, keys, num_intervals=config.num_intervals,
-                     steps_per_interval=config.eval_every, callback=callback)
+                     steps_per_interval=config.eval_every, callback=callback, mesh=mesh,
+                     constrain=constrain)
