@@ -109,11 +109,11 @@ def param_spec(x, model: int) -> PartitionSpec:
     if model > 1 and np.ndim(x) == 2:
         rows, cols = np.shape(x)
         if rows >= cols and rows % model == 0:
-            return PartitionSpec("model", None)
+            return PartitionSpec("model")
         if cols % model == 0:
             return PartitionSpec(None, "model")
         if rows % model == 0:
-            return PartitionSpec("model", None)
+            return PartitionSpec("model")
     return REPLICATED
 
 

@@ -97,7 +97,7 @@ def test_model_parallel_step_matches_single_device():
         assert {s.data.shape for s in x.addressable_shards} == {(8, 6)}
         first, hidden, last = model.layers[1], model.layers[3], model.layers[5]
         for weight in (first.weight, hidden.weight, opt_state[0].mu.layers[3].weight):
-            assert weight.sharding.spec == P("model", None), weight.sharding
+            assert weight.sharding.spec == P("model"), weight.sharding
             assert {s.data.shape[0] for s in weight.addressable_shards} == {32 // 4}
         # (3, 32): the larger, input axis is split (row parallel); its bias is replicated
         assert last.weight.sharding.spec == P(None, "model"), last.weight.sharding

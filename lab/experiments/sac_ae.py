@@ -5,6 +5,10 @@ pixel swing-up to a stated threshold well above a uniformly random policy, and d
 than pixel SAC (the same agent with no decoder) at the same step budget. Each of ``seeds``
 seeds trains both variants; a run's score is the mean deterministic evaluation return at
 the last evaluation.
+
+``devices`` above 1 runs each update data-parallel on that many devices (the batch split
+over them, the agent replicated), ``model_devices`` of which also split the widest
+matrices (the encoder's and decoder's projections); see ``lab.parallel``.
 """
 
 import hashlib
@@ -18,7 +22,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from lab import envs
+from lab import envs, parallel
 from lab.train import checkpoint as checkpoints
 from lab.train import sac_ae_loop as loops
 from lab.train.sac_ae import SACAEConfig
@@ -57,6 +61,10 @@ class Setup:
     loop: loops.LoopConfig
     seeds: int
     variants: tuple[str, ...]
+    devices: int = 1
+    """Devices each update runs on (the batch split over ``devices // model_devices``)."""
+    model_devices: int = 1
+    """Devices of the ``model`` axis that split the widest matrices."""
 
     @property
     def is_dmc(self) -> bool:
@@ -77,11 +85,15 @@ class Setup:
     def agent_config(self, variant: str) -> SACAEConfig:
         return replace(self.agent, decoder=VARIANTS[variant])
 
+    def mesh(self):
+        """``parallel.mesh(devices, model_devices)``; None on one device (the plain jit)."""
+        return parallel.mesh(self.devices, self.model_devices) if self.devices > 1 else None
+
 
 def configure(*, preset: str, env: str, image_size: int, action_repeat: int, steps: int,
               init_steps: int, eval_every: int, eval_episodes: int, seeds: int,
               batch_size: int, hidden_dim: int, num_filters: int, replay_capacity: int,
-              variants: list[str]) -> Setup:
+              variants: list[str], devices: int = 1, model_devices: int = 1) -> Setup:
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
     The runner calls this before it starts a kernel (the notebook's metadata names it)."""
     if preset not in PRESETS:
@@ -91,6 +103,7 @@ def configure(*, preset: str, env: str, image_size: int, action_repeat: int, ste
              seeds=seeds, batch_size=batch_size, hidden_dim=hidden_dim,
              num_filters=num_filters, replay_capacity=replay_capacity,
              variants=variants) | PRESETS[preset]
+    parallel.check_devices(devices, model_devices, batch_size=p["batch_size"])
     name = p["env"]
     if name.startswith(DMC_PREFIX):
         task = name[len(DMC_PREFIX):]
@@ -119,7 +132,7 @@ def configure(*, preset: str, env: str, image_size: int, action_repeat: int, ste
                             eval_every=p["eval_every"], eval_episodes=p["eval_episodes"],
                             replay_capacity=min(p["replay_capacity"], 2 * p["steps"] + 16))
     setup = Setup(name, p["image_size"], repeat, agent, loop, p["seeds"],
-                  tuple(p["variants"]))
+                  tuple(p["variants"]), devices, model_devices)
     if not setup.is_dmc:  # DMC is checked when its environment is built (it loads MuJoCo)
         loops.check(setup.make_env(), agent, loop)
     return setup
@@ -129,7 +142,8 @@ PARAMETERS = tuple(inspect.signature(configure).parameters)
 
 
 def checkpoint_path(setup: Setup, variant: str, seed: int) -> Path:
-    """Where a run's checkpoint lives: named by a hash of everything that defines it."""
+    """Where a run's checkpoint lives: named by a hash of everything that defines it (not
+    the devices: a run resumes on any number of them, equal up to float rounding)."""
     spec = json.dumps([setup.env, setup.image_size, setup.action_repeat,
                        asdict(setup.agent_config(variant)), asdict(setup.loop), seed],
                       sort_keys=True)
@@ -153,10 +167,11 @@ def train(setup: Setup, variant: str, seed: int, on_eval=None) -> Run:
         with setup.make_env(seed) as env, setup.make_env(seed + 1000) as eval_env:
             state, history = loops.train_host(env, eval_env, setup.agent_config(variant),
                                               setup.loop, key, seed=seed, checkpoint=path,
-                                              on_eval=on_eval)
+                                              on_eval=on_eval, mesh=setup.mesh())
     else:
         state, history = loops.train(setup.make_env(), setup.agent_config(variant),
-                                     setup.loop, key, checkpoint=path, on_eval=on_eval)
+                                     setup.loop, key, checkpoint=path, on_eval=on_eval,
+                                     mesh=setup.mesh())
     return Run(variant, seed, state, history)
 
 

@@ -19,6 +19,13 @@ Who trains what (the reference's routing):
 
 Batches hold channels-last uint8 observations ``(B, H, W, C)``. Metrics of sub-updates that
 did not run at a step are NaN.
+
+Several devices: ``update(config, state, batch, mesh)`` with a ``lab.parallel.mesh`` splits
+the batch over its ``"data"`` axis and keeps the state (networks, targets, optimizer states,
+``log_alpha``) replicated; with a ``"model"`` axis above 1 the weight matrices, among them
+the encoder's flat projection (39,200 -> 50 at 84x84) and the decoder's (50 -> 39,200), are
+split over it. The losses are batch means, so XLA reduces the gradients across devices and
+the update equals the single-device one up to float rounding.
 """
 
 import dataclasses
@@ -29,7 +36,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
+from jax.sharding import Mesh
 
+from lab import parallel
 from lab.models.sac_ae import (
     Actor,
     Critic,
@@ -414,11 +423,15 @@ def no_metrics() -> "SACAEMetrics":
     return SACAEMetrics(_nan_like(CriticAux), _nan_like(ActorAux), _nan_like(DecoderAux))
 
 
-def update(config: SACAEConfig, state: AgentState,
-           batch: Batch) -> tuple[AgentState, SACAEMetrics]:
+def update(config: SACAEConfig, state: AgentState, batch: Batch,
+           mesh: Mesh | None = None) -> tuple[AgentState, SACAEMetrics]:
     """One SAC-AE update in the reference order (critic; actor + alpha every
     ``actor_every``; soft targets every ``target_every``; decoder every ``decoder_every``).
-    Jit with ``eqx.filter_jit`` (the config is static) or run inside ``lax.scan``."""
+    Jit with ``eqx.filter_jit`` (the config and mesh are static) or run inside ``lax.scan``.
+    With a ``mesh`` the batch is split over ``"data"`` (its size must divide) and the state
+    laid out by ``parallel.constrain_params``; None runs on one device, unchanged."""
+    state = parallel.constrain_params(state, mesh)
+    batch = parallel.constrain_batch(batch, mesh)
     k_critic, k_actor, k_decoder, k_next = jax.random.split(state.key, 4)
     step = state.step
     state, critic_aux = update_critic(config, state, batch, k_critic)
@@ -435,7 +448,8 @@ def update(config: SACAEConfig, state: AgentState,
             lambda s: update_decoder(config, s, batch, k_decoder),
             lambda s: (s, _nan_like(DecoderAux)), state)
     state = dataclasses.replace(state, step=step + 1, key=k_next)
-    return state, SACAEMetrics(critic_aux, actor_aux, decoder_aux)
+    return (parallel.constrain_params(state, mesh),
+            SACAEMetrics(critic_aux, actor_aux, decoder_aux))
 
 
 def act(state: AgentState, obs: jax.Array, key: jax.Array,

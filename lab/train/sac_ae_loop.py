@@ -14,6 +14,12 @@ evaluations as one ``lax.scan`` inside jit (environment, replay and updates toge
 evaluates, and saves a checkpoint if asked. A run stopped at any point and started again
 with the same checkpoint, configuration and key continues from the last finished chunk and
 ends with exactly the same state and history as an uninterrupted run.
+
+Several devices: ``train`` and ``train_host`` take an optional ``mesh``
+(``lab.parallel.mesh``); each update's sampled batch is then split over its ``"data"`` axis
+and the agent is replicated (its wide matrices split over ``"model"``), see
+``sac_ae.update``. The environment, the replay buffer and the acting stay replicated. With
+``mesh=None`` nothing changes.
 """
 
 import dataclasses
@@ -25,7 +31,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
+from lab import parallel
 from lab.train import checkpoint as checkpoints
 from lab.train import replay as replays
 from lab.train import sac_ae
@@ -116,8 +124,9 @@ def init(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig,
                       jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32))
 
 
-def _updates(agent_config, loop, agent, replay, step, key):
-    """The updates made at ``step`` (none before ``init_steps``); returns the last metrics."""
+def _updates(agent_config, loop, agent, replay, step, key, mesh=None):
+    """The updates made at ``step`` (none before ``init_steps``); returns the last metrics.
+    With a ``mesh`` each sampled batch is split over its ``"data"`` axis."""
     count = jnp.where(step < loop.init_steps, 0,
                       jnp.where(step == loop.init_steps, max(loop.init_steps, 1), 1))
 
@@ -125,14 +134,17 @@ def _updates(agent_config, loop, agent, replay, step, key):
         agent, _ = carry
         batch = replays.sample(replay, jax.random.fold_in(key, i), agent_config.batch_size,
                                loop.num_frames)
-        return sac_ae.update(agent_config, agent, batch)
+        return sac_ae.update(agent_config, agent, batch, mesh)
 
-    return jax.lax.fori_loop(0, count, one, (agent, sac_ae.no_metrics()))
+    agent, metrics = jax.lax.fori_loop(0, count, one, (agent, sac_ae.no_metrics()))
+    # the loop's result (no update at all before init_steps) in the update's layout too
+    return parallel.constrain_params(agent, mesh), metrics
 
 
-def train_step(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig,
-               state: TrainState) -> tuple[TrainState, StepLog]:
-    """One agent step of the reference schedule (act, update, step, store, maybe reset)."""
+def train_step(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig, state: TrainState,
+               mesh: Mesh | None = None) -> tuple[TrainState, StepLog]:
+    """One agent step of the reference schedule (act, update, step, store, maybe reset);
+    the updates data-parallel over ``mesh`` when one is given."""
     k_act, k_update, k_env, k_reset, k_next = jax.random.split(state.key, 5)
     obs = replays.latest(state.replay, loop.num_frames)
     action = jax.lax.cond(
@@ -140,7 +152,7 @@ def train_step(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig,
         lambda: jax.random.uniform(k_act, (env.action_size,), minval=-1.0, maxval=1.0),
         lambda: sac_ae.act(state.agent, obs, k_act))
     agent, metrics = _updates(agent_config, loop, state.agent, state.replay, state.step,
-                              k_update)
+                              k_update, mesh)
     env_state, frame, reward, done = env.step(state.env_state, action, k_env)
     replay = replays.add_step(state.replay, action, reward, jnp.ones(()), frame)
     episode_return = state.episode_return + reward
@@ -160,10 +172,23 @@ def train_step(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig,
 
 
 @eqx.filter_jit(donate="all")
-def run_steps(env, agent_config, loop, state: TrainState, count: int):
+def run_steps(env, agent_config, loop, state: TrainState, count: int,
+              mesh: Mesh | None = None):
     """``count`` agent steps as one ``lax.scan``: ``(state, StepLog of (count,) arrays)``."""
-    return jax.lax.scan(lambda s, _: train_step(env, agent_config, loop, s), state,
-                        length=count)
+    state, logs = jax.lax.scan(lambda s, _: train_step(env, agent_config, loop, s, mesh),
+                               state, length=count)
+    # the scan's result in the update's layout (XLA may pick another for the loop carry)
+    agent = parallel.constrain_params(state.agent, mesh)
+    return dataclasses.replace(state, agent=agent), logs
+
+
+def place(state: TrainState, mesh: Mesh | None) -> TrainState:
+    """A run's state on ``mesh``: the agent by ``parallel.shard_params``, everything else
+    (replay, environment, keys) replicated; unchanged when ``mesh`` is None."""
+    if mesh is None:
+        return state
+    return dataclasses.replace(parallel.replicate(state, mesh),
+                               agent=parallel.shard_params(state.agent, mesh))
 
 
 # ---------------------------------------------------------------- evaluation
@@ -250,13 +275,14 @@ def _resume(checkpoint, state: TrainState, history: History, header: dict):
 
 def train(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig, key: jax.Array, *,
           checkpoint: str | Path | None = None, stop_after: int | None = None,
-          on_eval=None) -> tuple[TrainState, History]:
+          on_eval=None, mesh: Mesh | None = None) -> tuple[TrainState, History]:
     """A whole run on a JAX task: evaluate, then ``eval_every`` steps as one jitted scan,
     evaluate, ... With ``checkpoint`` the state and history are saved after every chunk and
     a later call with the same file, configuration and key resumes from there (a finished
     checkpoint returns at once). ``stop_after`` ends this call after that many chunks (the
     tests use it to interrupt a run); ``on_eval(step, returns)`` is called after each
-    evaluation (live plots) and stops the run by returning ``False``."""
+    evaluation (live plots) and stops the run by returning ``False``. With a ``mesh`` the
+    updates are data-parallel over it (a checkpoint resumes on any number of devices)."""
     check(env, agent_config, loop)
     state = init(env, agent_config, loop, key)
     history = _empty_history(loop)
@@ -272,11 +298,12 @@ def train(env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig, key: jax.Arra
             loop.num_frames))
         if on_eval is not None:
             on_eval(0, history.eval_returns[0])
+    state = place(state, mesh)
     chunks = loop.steps // loop.eval_every
     ran = 0
     while done < chunks and (stop_after is None or ran < stop_after):
         start = time.perf_counter()
-        state, logs = run_steps(env, agent_config, loop, state, loop.eval_every)
+        state, logs = run_steps(env, agent_config, loop, state, loop.eval_every, mesh)
         span = slice(done * loop.eval_every, (done + 1) * loop.eval_every)
         for field, values in zip(history.logs, logs, strict=True):
             field[span] = np.asarray(values)
@@ -323,8 +350,8 @@ def _host_act(agent, replay, step, key, init_steps: int, num_frames: int, action
 
 
 @eqx.filter_jit(donate="all-except-first")
-def _host_update(replay, agent, step, key, agent_config, loop):
-    return _updates(agent_config, loop, agent, replay, step, key)
+def _host_update(replay, agent, step, key, agent_config, loop, mesh):
+    return _updates(agent_config, loop, agent, replay, step, key, mesh)
 
 
 _act = eqx.filter_jit(sac_ae.act)
@@ -345,12 +372,14 @@ def host_episode(env, agent, key, num_frames: int) -> tuple[float, np.ndarray]:
 
 def train_host(env, eval_env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig,
                key: jax.Array, *, seed: int = 0, checkpoint: str | Path | None = None,
-               stop_after: int | None = None, on_eval=None) -> tuple[TrainState, History]:
+               stop_after: int | None = None, on_eval=None,
+               mesh: Mesh | None = None) -> tuple[TrainState, History]:
     """``train`` for a host-side environment (``lab.envs.DMCEnv``): the same schedule, with
     the environment stepped in Python and the agent's work in jitted calls.
 
     Chunks of ``eval_every`` steps start on an episode boundary and reseed both
-    environments from ``(seed, chunk)``, so a resumed run repeats an uninterrupted one.
+    environments from ``(seed, chunk)``, so a resumed run repeats an uninterrupted one. With
+    a ``mesh`` the updates are data-parallel over it.
     """
     check(env, agent_config, loop)
     if loop.eval_every % env.episode_steps:
@@ -380,6 +409,7 @@ def train_host(env, eval_env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig
         state, done_chunks = resumed
     else:
         evaluate_now(0)
+    state = place(state, mesh)
     chunks, ran = loop.steps // loop.eval_every, 0
     while done_chunks < chunks and (stop_after is None or ran < stop_after):
         start = time.perf_counter()
@@ -396,7 +426,7 @@ def train_host(env, eval_env, agent_config: sac_ae.SACAEConfig, loop: LoopConfig
             action = _host_act(agent, replay, step_array, k_act, loop.init_steps,
                                loop.num_frames, env.action_size)
             agent, metrics = _host_update(replay, agent, step_array, k_update, agent_config,
-                                          loop)
+                                          loop, mesh)
             frame, reward, done = env.step(np.asarray(action))
             first = env.reset() if done else frame
             replay = _host_store(replay, action, jnp.asarray(reward, jnp.float32),
