@@ -100,6 +100,32 @@ def measure_proxprop(mesh, quick: bool) -> float:
     return rows / seconds
 
 
+def measure_sac_ae(mesh, quick: bool) -> float:
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from lab import parallel
+    from lab.train import sac_ae
+
+    batch, size, steps = (16, 20, 2) if quick else (128, 84, 4)  # even: both update schedules
+    config = sac_ae.SACAEConfig(batch_size=batch, num_filters=4 if quick else 32)
+    k_obs, k_action, k_agent = jax.random.split(jax.random.key(0), 3)
+    obs = jax.random.randint(k_obs, (batch, size, size, 9), 0, 256).astype(jnp.uint8)
+    action = jax.random.uniform(k_action, (batch, 1), minval=-1, maxval=1)
+    data = parallel.shard_batch(sac_ae.Batch(obs, action, jnp.ones(batch), obs, jnp.ones(batch)),
+                                mesh)
+    state = [parallel.shard_params(sac_ae.init(config, k_agent, (size, size, 9), 1), mesh)]
+    update = eqx.filter_jit(lambda state, batch: sac_ae.update(config, state, batch, mesh)[0])
+
+    def run():
+        for _ in range(steps):
+            state[0] = update(state[0], data)
+        jax.block_until_ready(state[0])
+
+    return best_rate(run, steps)
+
+
 def measure_vsml_es(mesh, quick: bool) -> float:
     import jax
 
@@ -137,6 +163,7 @@ def measure_mpo(mesh, quick: bool) -> float:
 
 
 WORKLOADS = {"mlp": (measure_mlp, "steps/s"), "proxprop": (measure_proxprop, "rows/s"),
+             "sac_ae": (measure_sac_ae, "updates/s"),
              "vsml_es": (measure_vsml_es, "iters/s"), "mpo": (measure_mpo, "env steps/s")}
 
 

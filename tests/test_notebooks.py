@@ -130,6 +130,7 @@ def test_vsml_notebook_meta_trains_with_evolution_strategies(tmp_path):
     (["-p", "steps", "0"], "steps (the meta-training episode length) must be at least 1"),
     (["-p", "inputs", "0"], "inputs must be at least 1"),
     (["-p", "theta", "pretrained"], "theta must be one of train, shipped"),
+    (["-p", "method", "es", "-p", "devices", "2"], "asked for 2 devices but there are 1"),
 ])
 def test_vsml_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
     from lab.experiments.cli import main
@@ -147,6 +148,7 @@ def test_vsml_bad_values_fail_before_any_kernel_starts(tmp_path, params, message
     (["-p", "batch_size", "600"], "batch size 600 is larger than the 500 transitions"),
     (["-p", "steps", "1200"], "steps (1200) must be a multiple of eval_every (500)"),
     (["-p", "variants", "[\"decoder\"]"], "variants must be a non-empty list"),
+    (["-p", "devices", "2"], "asked for 2 devices but there are 1 (cpu); on CPU, simulate"),
 ])
 def test_sac_ae_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
     from lab.experiments.cli import main
@@ -168,6 +170,7 @@ def test_sac_ae_bad_values_fail_before_any_kernel_starts(tmp_path, params, messa
     (["-p", "env", "dmc:cartpole_swingup", "-p", "compare", "False"], "MuJoCo cannot"),
     (["-p", "discount", "1.5"], "discount must be in (0, 1], got 1.5"),
     (["-p", "learning_rate", "0"], "learning_rate must be positive"),
+    (["-p", "devices", "0"], "devices must be at least 1, got 0"),
 ])
 def test_policy_improvement_bad_values_fail_before_any_kernel_starts(tmp_path, params, message,
                                                                      capsys):
