@@ -217,7 +217,7 @@ def main():
         for devices in args.devices:
             rate = run_worker(name, devices, args.model, args.quick, simulate)
             base = base or rate
-            print(f"{name:>9} {devices:>8} {rate:>10.1f} {WORKLOADS[name][1]:>12} "
+            print(f"{name:>9} {devices:>8} {rate:>10.4g} {WORKLOADS[name][1]:>12} "
                   f"{rate / base:>8.2f}", flush=True)
 
 
