@@ -59,10 +59,10 @@ class Setup:
     model_devices: int = 1
     """How many of them split each wide weight matrix (the ``"model"`` mesh axis)."""
 
-    @property
-    def mesh(self) -> Mesh:
-        """The first ``devices`` devices as a ``data x model`` grid (:func:`parallel.mesh`)."""
-        return parallel.mesh(self.devices, self.model_devices)
+    def mesh(self) -> Mesh | None:
+        """The first ``devices`` devices as a ``data x model`` grid (:func:`parallel.mesh`);
+        None on one device (no sharding at all), as in the other experiments."""
+        return parallel.mesh(self.devices, self.model_devices) if self.devices > 1 else None
 
     @property
     def lrs(self) -> np.ndarray:
@@ -116,8 +116,8 @@ def load_data(setup: Setup):
 
 def compare(setup: Setup, data) -> Comparison:
     """Train both methods over ``setup.lrs`` and ``setup.seeds``, and time one epoch of
-    each at its own given step size, on ``setup.mesh``."""
-    backprop, mesh = replace(setup.config, solver="gradient"), setup.mesh
+    each at its own given step size, on ``setup.mesh()``."""
+    backprop, mesh = replace(setup.config, solver="gradient"), setup.mesh()
     return Comparison(
         lrs=setup.lrs,
         backprop=jax_to_numpy(train_grid(backprop, data, setup.lrs, setup.seeds, mesh=mesh)),

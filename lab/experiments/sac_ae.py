@@ -21,6 +21,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from lab import envs, parallel
 from lab.train import checkpoint as checkpoints
@@ -85,7 +86,7 @@ class Setup:
     def agent_config(self, variant: str) -> SACAEConfig:
         return replace(self.agent, decoder=VARIANTS[variant])
 
-    def mesh(self):
+    def mesh(self) -> Mesh | None:
         """``parallel.mesh(devices, model_devices)``; None on one device (the plain jit)."""
         return parallel.mesh(self.devices, self.model_devices) if self.devices > 1 else None
 
