@@ -58,7 +58,6 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import numpy as np
-from jax._src import xla_bridge
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 SIMULATE = "XLA_FLAGS=--xla_force_host_platform_device_count=N"
@@ -121,9 +120,20 @@ def available_devices() -> tuple[int, str]:
     """How many devices jax sees here, and their platform. Where this process has not
     started a jax backend yet (the runner checking a notebook's parameters), a child
     process counts them: starting one here would hold GPU memory the notebook needs."""
-    if xla_bridge.backends_are_initialized():
+    if _backends_started():
         return len(jax.devices()), jax.devices()[0].platform
     return _count_in_child()
+
+
+def _backends_started() -> bool:
+    """Whether this process has started a jax backend. jax has no public call for this;
+    where its private one moves, the answer is False and the devices are counted in a child
+    process, which is correct either way, only slower."""
+    try:
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:
+        return False
+    return backends_are_initialized()
 
 
 @functools.cache
