@@ -14,11 +14,16 @@ import textwrap
 from tests.conftest import ROOT
 
 
-def run(script: str, devices: int, *args: str, wait: bool = True, timeout: float = 300):
+def run(script: str, devices: int, *args: str, wait: bool = True, timeout: float = 300,
+        fast_compile: bool = False):
     """``script`` (dedented) in a new python that sees ``devices`` CPU devices: its stdout,
-    or with ``wait=False`` the running process for :func:`finish`."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    or with ``wait=False`` the running process for :func:`finish`. ``fast_compile`` turns
+    XLA's backend optimisations off (about half the compile time); a script that compares
+    runs must then compute both of them itself, so they are compiled alike."""
+    flags = f"--xla_force_host_platform_device_count={devices}"
+    if fast_compile:
+        flags += " --xla_backend_optimization_level=0"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
     process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args], cwd=ROOT,
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return finish(process, timeout) if wait else process

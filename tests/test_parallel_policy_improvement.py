@@ -23,9 +23,7 @@ PARAMS = dict(preset="default", env="Pendulum-v1", agent="mpo", depth=0, branchi
 
 SCRIPT = """
 import json
-import os
 
-os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"  # compiles 2x faster
 import jax
 import numpy as np
 
@@ -78,7 +76,7 @@ print(json.dumps(facts))
 
 
 def test_sharded_mpo_and_vmpo_equal_single_device_runs():
-    out = devices_run(SCRIPT.format(params=json.dumps(PARAMS)), 8)
+    out = devices_run(SCRIPT.format(params=json.dumps(PARAMS)), 8, fast_compile=True)
     facts = json.loads(out.splitlines()[-1])
     m, v = facts["mpo"], facts["vmpo"]
     # MPO: 4 seeds on 4 devices, one seed's whole run state (agent, replay, env) per device

@@ -13,11 +13,6 @@ from tests.devices import run
 from tests.test_vsml_experiment import DEFAULTS
 
 SCRIPT = """
-import os
-
-# half the compile time; the one-device and the 8-device runs are compiled alike
-os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
-
 import re
 
 import equinox as eqx
@@ -81,7 +76,7 @@ print("ok")
 
 
 def test_vsml_meta_training_on_8_devices_matches_one_device():
-    assert run(SCRIPT, 8).strip().endswith("ok")
+    assert run(SCRIPT, 8, fast_compile=True).strip().endswith("ok")
 
 
 def test_vsml_configure_devices_on_one_device():
