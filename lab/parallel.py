@@ -7,6 +7,7 @@ and XLA's partitioner inserts the collectives.
 
 - ``mesh(devices, model=1)``: the first ``devices`` devices (all by default, on every
   host after ``jax.distributed.initialize``) as a ``data x model`` grid.
+  ``mesh_or_none(devices, model)`` is None for one device (no sharding at all).
 - ``shard_batch(batch, mesh)``: the leading axis of every leaf split over ``"data"``.
   Each process passes its own rows; on one host that is the whole batch.
 - ``shard_params(tree, mesh)``: parameters (or optimizer state) replicated, except that
@@ -97,6 +98,13 @@ def mesh(devices: int | None = None, model: int = 1) -> Mesh:
     return jax.make_mesh((devices // model, model), ("data", "model"),
                          axis_types=(AxisType.Auto, AxisType.Auto),
                          devices=available[:devices])
+
+
+def mesh_or_none(devices: int, model: int = 1) -> Mesh | None:
+    """``mesh(devices, model)``, or None for one device: the training code then adds no
+    sharding at all, so a one-device run is exactly the unsharded program. The experiments'
+    ``Setup.mesh()`` is this."""
+    return None if devices == 1 else mesh(devices, model)
 
 
 def param_spec(x, model: int) -> PartitionSpec:

@@ -95,10 +95,8 @@ class Setup:
 
     def mesh(self, variant: Variant) -> Mesh | None:
         """The device mesh ``variant`` trains on; None on one device (no sharding at all)."""
-        if self.devices == 1:
-            return None
         envs = vmpo.mesh_shape(self.devices, self.seeds)[1] if variant.kind == "vmpo" else 1
-        return parallel.mesh(self.devices, model=envs)
+        return parallel.mesh_or_none(self.devices, model=envs)
 
 
 def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, model: str,

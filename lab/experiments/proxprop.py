@@ -62,7 +62,7 @@ class Setup:
     def mesh(self) -> Mesh | None:
         """The first ``devices`` devices as a ``data x model`` grid (:func:`parallel.mesh`);
         None on one device (no sharding at all), as in the other experiments."""
-        return parallel.mesh(self.devices, self.model_devices) if self.devices > 1 else None
+        return parallel.mesh_or_none(self.devices, self.model_devices)
 
     @property
     def lrs(self) -> np.ndarray:

@@ -88,7 +88,7 @@ class Setup:
 
     def mesh(self) -> Mesh | None:
         """``parallel.mesh(devices, model_devices)``; None on one device (the plain jit)."""
-        return parallel.mesh(self.devices, self.model_devices) if self.devices > 1 else None
+        return parallel.mesh_or_none(self.devices, self.model_devices)
 
 
 def configure(*, preset: str, env: str, image_size: int, action_repeat: int, steps: int,

@@ -75,7 +75,7 @@ class Setup:
 
     def mesh(self) -> Mesh | None:
         """The devices meta-training runs on; None on one device (no sharding at all)."""
-        return None if self.devices == 1 else parallel.mesh(self.devices)
+        return parallel.mesh_or_none(self.devices)
 
     def learner_config(self, learner: str) -> MetaConfig:
         if learner == "vsml":
