@@ -1,14 +1,43 @@
 import importlib.util
 import json
+import os
+import shutil
+import tempfile
+import time
 from pathlib import Path
 
-import nbformat
-import pytest
-from nbformat.v4 import new_code_cell, new_notebook
 
-from lab.envs import dmc
+def _compilation_cache() -> str | None:
+    """One persistent XLA compilation cache for the whole test run, shared by the xdist
+    workers and by every process they start (notebook kernels, papermill, sweep workers,
+    simulated-device scripts), which inherit these variables: a program one process compiled
+    is loaded, not compiled again, by the next that needs it. A new, empty folder per run,
+    removed at the end, so nothing an earlier run compiled (another jax, other code, other
+    flags) is ever read. Returns the folder when this process made it (the xdist controller,
+    or a plain pytest), None when it inherited one (a worker) or the user set their own."""
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return None
+    folder = tempfile.mkdtemp(prefix="lab-tests-xla-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
+    # jax keeps only programs that took this long to compile; the quick ones are not worth it
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+    return folder
+
+
+OWN_CACHE = _compilation_cache()  # before anything imports jax, which reads them at import
+
+import nbformat  # noqa: E402
+import pytest  # noqa: E402
+from nbformat.v4 import new_code_cell, new_notebook  # noqa: E402
+
+from lab.envs import dmc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_unconfigure(config):
+    if OWN_CACHE:
+        shutil.rmtree(OWN_CACHE, ignore_errors=True)
 
 
 def write_notebook(path: Path, parameters: str, *cells: str) -> Path:
@@ -31,6 +60,22 @@ def load_benchmark(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+WAIT = 300
+"""Seconds a test waits for something that takes a moment idle: generous, so that a busy
+machine (CI beside other work) makes a test slower, never red."""
+
+
+def wait_for(condition, what: str, seconds: float = WAIT, poll: float = 0.05):
+    """Poll ``condition()`` until it returns something true, and return that; fail with
+    ``what`` was awaited once ``seconds`` pass. Tests wait on this, never on a fixed sleep."""
+    deadline = time.monotonic() + seconds
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {seconds:g} s for {what}")
+        time.sleep(poll)
+    return value
 
 
 def run_dirs(out: Path) -> list[Path]:

@@ -11,10 +11,10 @@ import subprocess
 import sys
 import textwrap
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, WAIT
 
 
-def run(script: str, devices: int, *args: str, wait: bool = True, timeout: float = 300,
+def run(script: str, devices: int, *args: str, wait: bool = True, timeout: float = WAIT,
         fast_compile: bool = False):
     """``script`` (dedented) in a new python that sees ``devices`` CPU devices: its stdout,
     or with ``wait=False`` the running process for :func:`finish`. ``fast_compile`` turns
@@ -29,7 +29,7 @@ def run(script: str, devices: int, *args: str, wait: bool = True, timeout: float
     return finish(process, timeout) if wait else process
 
 
-def finish(process: subprocess.Popen, timeout: float = 300) -> str:
+def finish(process: subprocess.Popen, timeout: float = WAIT) -> str:
     """The stdout of ``process`` once it exits with status 0 (else its stderr's tail)."""
     out, err = process.communicate(timeout=timeout)
     assert process.returncode == 0, err[-3000:]

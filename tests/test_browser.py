@@ -2,25 +2,24 @@
 
 Starts JupyterLab (token-less, a temporary root) with the project's kernel, opens
 ``04_policy_improvement`` with small parameters in headless Chromium driven by Playwright, runs
-every cell, presses Run on the panel, waits until its figure has been redrawn at least twice
-and its progress bar has moved, presses Stop, checks the browser console for errors and saves
-a screenshot (``$LAB_ARTIFACTS`` or the test's temporary folder). Needs Debian's ``chromium``
+every cell once the kernel is idle, presses Run on the panel, waits until its figure has been
+redrawn at least twice and its progress bar has moved, presses Stop, checks the browser console
+for errors and saves a screenshot (``$LAB_ARTIFACTS`` or the test's temporary folder). Every
+wait is on a condition in the page, never on a clock. Needs Debian's ``chromium``
 (``scripts/system_deps.sh`` installs it) and the ``playwright`` package (no downloaded
-browsers); skips, saying what to install, without them.
-"""
+browsers); skips, saying what to install, without them."""
 
 import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, WAIT, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -28,6 +27,16 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
 # Small enough for a quick notebook run, long enough for several live redraws.
 PARAMS = {"agent": "mpo", "compare": False, "seeds": 1, "total_steps": 2000, "eval_every": 50,
           "widths": 8, "batch_size": 16}
+
+
+MS = WAIT * 1000  # Playwright's timeouts are in milliseconds
+# The notebook's kernel has started and waits for work (then Run All cannot be lost).
+KERNEL_IDLE = """() => {
+    const widget = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    const kernel = widget && widget.sessionContext && widget.sessionContext.session
+                   && widget.sessionContext.session.kernel;
+    return !!kernel && kernel.status === "idle";
+}"""
 
 
 def _free_port() -> int:
@@ -58,16 +67,20 @@ def jupyterlab(tmp_path):
          f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=root)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
+
+    def answers() -> bool:
+        if server.poll() is not None:
+            raise RuntimeError(server.stdout.read().decode()[-3000:])
         try:
-            urllib.request.urlopen(f"{url}/api/status", timeout=2)
-            break
+            return urllib.request.urlopen(f"{url}/api/status", timeout=5).status == 200
         except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                raise RuntimeError(server.stdout.read().decode()[-3000:]) from None
-            time.sleep(0.5)
+            return False
+
+    try:
+        wait_for(answers, f"JupyterLab to answer on {url}", poll=0.5)
+    except BaseException:
+        server.kill()
+        raise
     yield url, root
     server.terminate()
     try:
@@ -90,28 +103,30 @@ def test_panel_trains_live_in_jupyterlab(jupyterlab, tmp_path):
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         try:
-            page.goto(f"{url}/lab/tree/04.ipynb", timeout=120_000)
-            page.wait_for_function("window.jupyterapp !== undefined", timeout=120_000)
-            page.locator(".jp-Notebook").first.wait_for(timeout=120_000)
-            time.sleep(3)  # let the kernel start
-            page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            page.goto(f"{url}/lab/tree/04.ipynb", timeout=MS)
+            page.wait_for_function(KERNEL_IDLE, timeout=MS, polling=200)
+            # Run All's promise settles only when every cell has run: start it, don't await it
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells');"
+                          " }")
             run = page.locator("button.widget-button", has_text="Run")
-            run.wait_for(timeout=600_000)
+            run.wait_for(timeout=2 * MS)
             image = page.locator(".jp-OutputArea-output", has_text="Policy improvement: MPO"
                                  ).locator("img.widget-image").first
-            image.wait_for(timeout=60_000)
-            before = image.get_attribute("src")
+            image.wait_for(timeout=MS)
+            sources = {image.get_attribute("src")}
             bar = page.locator(".widget-hprogress .progress-bar").first
             run.click()
-            sources, start = {before}, time.monotonic()
-            while len(sources) < 3 and time.monotonic() - start < 300:
+
+            def redrawn():
                 sources.add(image.get_attribute("src"))
-                time.sleep(0.1)
+                return len(sources) >= 3
+
+            wait_for(redrawn, "the live figure to be redrawn twice after Run", poll=0.1)
             width = bar.evaluate("e => parseFloat(e.style.width || '0')")
             page.locator("button.widget-button", has_text="Stop").click()
             page.wait_for_function(
                 "[...document.querySelectorAll('.widget-html')].some("
-                "e => /stopped|done/.test(e.textContent))", timeout=120_000)
+                "e => /stopped|done/.test(e.textContent))", timeout=MS)
             no_news = page.get_by_role("button", name="No", exact=True)
             if no_news.count():  # JupyterLab's "get notified about news?" toast
                 no_news.first.click()
@@ -120,7 +135,6 @@ def test_panel_trains_live_in_jupyterlab(jupyterlab, tmp_path):
             panel.screenshot(path=str(artifacts / "panel.png"))
         finally:
             browser.close()
-    assert len(sources) >= 3, "the live figure was not redrawn twice after Run"
     assert 0 < width, "the progress bar did not move"
     assert not errors, errors
     assert (artifacts / "panel.png").stat().st_size > 10_000

@@ -5,14 +5,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import nbformat
 import pytest
 
 from lab.experiments import build_index, run_notebook
 from lab.experiments.cli import main
-from tests.conftest import ROOT, provenance, run_dirs, write_notebook
+from tests.conftest import ROOT, WAIT, provenance, run_dirs, wait_for, write_notebook
 
 pytestmark = pytest.mark.slow
 
@@ -126,7 +125,8 @@ def test_dead_kernel_is_recorded_as_failed(tmp_path):
 
 
 def test_ctrl_c_marks_the_run_interrupted_and_keeps_it(tmp_path):
-    notebook = write_notebook(tmp_path / "sleepy.ipynb", "seconds = 60",
+    # asleep far longer than the wait below, so Ctrl-C always comes while the cell runs
+    notebook = write_notebook(tmp_path / "sleepy.ipynb", "seconds = 3600",
                               "import time\nprint('sleeping', flush=True)\ntime.sleep(seconds)")
     out = tmp_path / "r"
     # A job started in the background inherits SIGINT ignored, and so does all it starts;
@@ -137,15 +137,16 @@ def test_ctrl_c_marks_the_run_interrupted_and_keeps_it(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", cli, "run", str(notebook), "--out", str(out),
                              "--no-progress"], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 300  # generous: CI runs this beside notebook runs
-    running = False
-    while not running and time.monotonic() < deadline:  # wait until the cell really runs
+
+    def running():
         executed = list(out.glob("runs/*/sleepy.ipynb"))
-        running = bool(executed) and "sleeping" in executed[0].read_text()
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
-    assert running, "the notebook's cell never started"
-    output, _ = proc.communicate(timeout=180)
+        return bool(executed) and "sleeping" in executed[0].read_text()
+
+    try:
+        wait_for(running, "the notebook's cell to start (it prints 'sleeping')", poll=0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+    output, _ = proc.communicate(timeout=WAIT)
     assert proc.returncode == 130, output
     (folder,) = run_dirs(out)
     assert provenance(folder)["status"] == "interrupted"

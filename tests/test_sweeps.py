@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import nbformat
@@ -23,6 +22,7 @@ from lab.sweeps import HyperTrickPruner, SpecError, TrialSeededSampler, load_spe
 from lab.sweeps import report as sweep_report
 from lab.sweeps.hypertrick import ranks_below
 from lab.sweeps.study import load, make_storage
+from tests.conftest import WAIT, wait_for
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -256,13 +256,14 @@ def test_a_killed_workers_trial_is_failed_by_heartbeat_and_run_again(toy, tmp_pa
     create(spec, url)
     victim = _worker(url, spec.name, out, fast)
     study, _ = load(url, spec.name)
-    deadline = time.monotonic() + 120
-    while not study.get_trials(states=(TrialState.RUNNING,)) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_for(lambda: study.get_trials(states=(TrialState.RUNNING,)),
+             "the victim worker to start its trial", poll=0.2)
     os.killpg(victim.pid, signal.SIGKILL)  # the worker and its notebook's kernel
     victim.wait()
-    time.sleep(4)  # past the grace period
-    assert _worker(url, spec.name, out, fast).wait(timeout=300) == 0
+    # the storage's own test of a dead worker: no heartbeat for longer than the grace period
+    wait_for(lambda: study._storage._get_stale_trial_ids(study._study_id),
+             "the killed worker's trial to go stale", poll=0.2)
+    assert _worker(url, spec.name, out, fast).wait(timeout=WAIT) == 0
     first, retry = study.get_trials()
     assert first.state == TrialState.FAIL
     assert retry.state == TrialState.COMPLETE and retry.params == first.params

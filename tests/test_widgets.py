@@ -9,6 +9,7 @@ from IPython.display import Image
 
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel
+from tests.conftest import WAIT, wait_for
 
 SPECS = [Control("steps", int, 1, 100), Control("lr", float, 1e-5, 1e-1, log=True),
          Control("agent", str, options=("a", "b")), Control("compare", bool)]
@@ -71,7 +72,7 @@ def test_panel_runs_in_a_thread_and_keeps_the_result():
     panel = _panel(train)
     assert panel.run() is True
     assert panel.run() is False  # one run at a time
-    assert panel.wait(10)
+    assert panel.wait(WAIT), "the run did not end"
     assert panel.state == "done" and panel.result == "trained a"
     assert panel.draws >= 2 and panel.progress.value == 1.0
     assert panel.image.value[:4] == b"\x89PNG"
@@ -86,27 +87,22 @@ def test_panel_pause_holds_and_stop_ends_within_one_interval():
         while True:
             started.set()
             steps.append(i)
-            time.sleep(0.01)
             if not report(0.0, [i]):
                 return i
             i += 1
 
     panel = _panel(train)
     panel.run()
-    started.wait(5)
+    assert started.wait(WAIT), "the training thread never started"
     panel.pause()
-    time.sleep(0.1)
+    assert panel.held.wait(WAIT), "Pause never held the training thread at a report"
     held = len(steps)
-    time.sleep(0.2)
-    assert panel.state == "paused" and len(steps) <= held + 1
-    assert panel.pause_button.description == "Resume"
+    assert panel.state == "paused" and panel.pause_button.description == "Resume"
+    assert panel.held.is_set() and len(steps) == held  # held: no step since
     panel.resume()
-    deadline = time.monotonic() + 10
-    while len(steps) <= held + 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert len(steps) > held + 1
+    wait_for(lambda: len(steps) > held + 1, "the training to go on after Resume")
     panel.stop()
-    assert panel.wait(5) and panel.state == "stopped"
+    assert panel.wait(WAIT) and panel.state == "stopped"
     assert panel.result == steps[-1]
 
 
@@ -116,7 +112,7 @@ def test_panel_failure_is_shown_and_the_kernel_goes_on():
 
     panel = _panel(train)
     panel.run()
-    assert panel.wait(5)
+    assert panel.wait(WAIT), "the failing run did not end"
     assert panel.state == "failed" and "diverged" in panel.status.value
 
 

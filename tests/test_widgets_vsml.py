@@ -4,8 +4,6 @@ a live run, Pause and Stop, refused values, the sub-LSTM viewer and the headless
 Every run here uses one tiny ES configuration, so the whole file compiles the meta-training
 chunk twice (2 and 6 iterations) and each evaluation once."""
 
-import time
-
 import jax
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ from lab.experiments import vsml as experiment
 from lab.models.meta_rnn import MetaRNN
 from lab.widgets import vsml_panel as vp
 from lab.widgets.controls import Control
+from tests.conftest import WAIT, wait_for
 
 PARAMS = dict(method="es", iterations=6, tasks_per_batch=2, lr=1e-2, meta_rnn_lr=1e-2,
               meta_rnn_tasks_per_batch=2, population=2, inputs=4, classes=3, hidden=[],
@@ -65,7 +64,7 @@ def ran():
         panel.min_interval = 0.0
         assert panel.state == "idle" and panel.result is None
         assert panel.run()
-        assert panel.wait(120)
+        assert panel.wait(WAIT), "the panel's run did not end"
         yield panel
 
 
@@ -88,15 +87,13 @@ def test_vsml_panel_meta_trains_in_its_thread_and_keeps_the_result(ran):
 def test_vsml_panel_pause_holds_and_stop_ends_at_the_next_report(ran):
     ran.controls.widgets["iterations"].value = 1000
     assert ran.run()
-    while ran.fraction == 0 and ran.state == "running":
-        time.sleep(0.01)
+    wait_for(lambda: ran.fraction > 0 or ran.state != "running", "the first report")
     ran.pause()
-    time.sleep(0.5)  # the thread reaches its next report and waits there
+    wait_for(ran.held.is_set, "the meta-training thread to hold at its next report")
     blocked = ran.fraction
-    time.sleep(0.2)
-    assert ran.state == "paused" and ran.fraction == blocked
+    assert ran.state == "paused" and ran.held.is_set() and ran.fraction == blocked
     ran.stop()
-    assert ran.wait(30) and ran.state == "stopped"
+    assert ran.wait(WAIT) and ran.state == "stopped"
     losses = ran.result.trained.losses
     assert np.isfinite(losses).sum() == round(blocked * 1000) < 1000
     assert "stopped after" in ran.result.trained.origin

@@ -68,6 +68,9 @@ class Panel:
         self.error: str | None = None
         self._resume = threading.Event()
         self._resume.set()
+        self.held = threading.Event()
+        """Set while ``train`` is held in ``report`` by Pause: from then on it makes no
+        progress until Resume or Stop (tests and front ends wait on this, not on a clock)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_draw = 0.0
@@ -151,7 +154,10 @@ class Panel:
         now = time.monotonic()
         if now - self._last_draw >= self.min_interval:
             self.redraw()
-        self._resume.wait()
+        if not self._resume.is_set():  # paused: hold here until Resume or Stop
+            self.held.set()
+            self._resume.wait()
+            self.held.clear()
         return not self._stop.is_set()
 
     def _work(self, values: dict) -> None:
