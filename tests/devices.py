@@ -14,16 +14,14 @@ import textwrap
 from tests.conftest import ROOT, WAIT
 
 
-def run(script: str, devices: int, *args: str, wait: bool = True, timeout: float = WAIT,
-        fast_compile: bool = False):
+def run(script: str, devices: int, *args: str, wait: bool = True, timeout: float = WAIT):
     """``script`` (dedented) in a new python that sees ``devices`` CPU devices: its stdout,
-    or with ``wait=False`` the running process for :func:`finish`. ``fast_compile`` turns
-    XLA's backend optimisations off (about half the compile time); a script that compares
-    runs must then compute both of them itself, so they are compiled alike."""
-    flags = f"--xla_force_host_platform_device_count={devices}"
-    if fast_compile:
-        flags += " --xla_backend_optimization_level=0"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
+    or with ``wait=False`` the running process for :func:`finish`. It compiles as the test
+    run does (tests/conftest.py: the run's cache, most optimisations off), so a script that
+    compares its result with one computed in the test process compares programs compiled
+    alike."""
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags.strip()}
     process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args], cwd=ROOT,
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return finish(process, timeout) if wait else process

@@ -76,7 +76,7 @@ print(json.dumps(facts))
 
 
 def test_sharded_mpo_and_vmpo_equal_single_device_runs():
-    out = devices_run(SCRIPT.format(params=json.dumps(PARAMS)), 8, fast_compile=True)
+    out = devices_run(SCRIPT.format(params=json.dumps(PARAMS)), 8)
     facts = json.loads(out.splitlines()[-1])
     m, v = facts["mpo"], facts["vmpo"]
     # MPO: 4 seeds on 4 devices, one seed's whole run state (agent, replay, env) per device

@@ -25,10 +25,6 @@ from jax.sharding import PartitionSpec as P
 from lab import parallel
 from lab.train import sac_ae
 
-# XLA's optimisation passes take ~30 s per compile of this update on 2 busy cores, ~4 s
-# without; the SPMD partitioner still runs, and every variant compiles with the same flags
-jax.config.update("jax_disable_most_optimizations", True)
-
 SIZE, BATCH, ACTIONS = 20, 16, 2  # 20x20 -> 3x3x4 conv features: a projection of 36
 config = sac_ae.SACAEConfig(batch_size=BATCH, features_dim=8, hidden_dim=16, num_filters=4)
 k_agent, k_obs, k_next, k_action, k_reward = jax.random.split(jax.random.key(0), 5)

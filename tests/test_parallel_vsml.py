@@ -76,7 +76,7 @@ print("ok")
 
 
 def test_vsml_meta_training_on_8_devices_matches_one_device():
-    assert run(SCRIPT, 8, fast_compile=True).strip().endswith("ok")
+    assert run(SCRIPT, 8).strip().endswith("ok")
 
 
 def test_vsml_configure_devices_on_one_device():

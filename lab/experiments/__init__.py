@@ -1,22 +1,35 @@
-"""Experiments: run notebooks with papermill, record metrics, write HTML reports."""
+"""Experiments: run notebooks with papermill, record metrics, write HTML reports.
 
-from lab.experiments.params import ParameterError, notebook_parameters, resolve
-from lab.experiments.phases import report_phase
-from lab.experiments.records import record, run_dir
-from lab.experiments.report import build_index, export_html
-from lab.experiments.runner import RunnerError, RunResult, run_all, run_notebook
+The public names below are imported from their modules on first use: a notebook's kernel
+that only calls ``record`` does not import papermill, nbformat and nbconvert (about 2 s
+of every kernel's start, most of it a grammar that jsonschema's URI checks build)."""
 
-__all__ = [
-    "ParameterError",
-    "RunResult",
-    "RunnerError",
-    "build_index",
-    "export_html",
-    "notebook_parameters",
-    "record",
-    "report_phase",
-    "resolve",
-    "run_all",
-    "run_dir",
-    "run_notebook",
-]
+import importlib
+
+_HOMES = {  # public name -> the module of lab.experiments that defines it
+    "ParameterError": "params",
+    "RunResult": "runner",
+    "RunnerError": "runner",
+    "build_index": "report",
+    "export_html": "report",
+    "notebook_parameters": "params",
+    "record": "records",
+    "report_phase": "phases",
+    "resolve": "params",
+    "run_all": "runner",
+    "run_dir": "records",
+    "run_notebook": "runner",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'lab.experiments' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"lab.experiments.{_HOMES[name]}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

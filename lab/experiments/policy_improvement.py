@@ -385,18 +385,23 @@ def improved_policy(setup: Setup, result: Result, states: Any, t: int, seed: int
     """At step ``t`` of an episode: ``N`` actions sampled from pi, their values (the critic,
     or the search's ``Q_hat`` for a search agent), the weights of the improved policy
     ``q = softmax(Q / eta)``, and pi's mean and standard deviation."""
-    agent = seed_agent(result, seed)
-    state = jax.tree.map(lambda x: x[t], states)
-    task = setup.make_task()
+    actions, q, weights, mean, stddev, eta = _improved_policy(
+        result.variant.kind, result.variant.config, setup.make_task(), seed_agent(result, seed),
+        jax.tree.map(lambda x: x[t], states), jax.random.key(key))
+    return {"actions": np.asarray(actions), "values": np.asarray(q),
+            "weights": np.asarray(weights), "mean": np.asarray(mean),
+            "stddev": np.asarray(stddev), "temperature": float(eta)}
+
+
+@eqx.filter_jit  # one program for every step the viewer shows
+def _improved_policy(kind: str, config, task: ControlTask, agent, state, k: jax.Array):
     obs = task.observe(state)
-    config = result.variant.config
-    k = jax.random.key(key)
     eta = mpo_losses.dual(agent.duals.temperature)
-    if result.variant.kind == "mpo" and config.searches:
+    if kind == "mpo" and config.searches:
         root = state if config.model == "true" else obs
         actions, q = mpo.search_targets(config, task, agent.policy, agent.critic, agent.model,
                                         eta, root, k)
-    elif result.variant.kind == "mpo":
+    elif kind == "mpo":
         actions, q = mpo.mpo_targets(config, agent.policy, agent.critic, obs, k)
     else:  # V-MPO has no Q: value sampled actions by one true step and its learned V
         actions = sample_actions(agent.policy, obs, k, 20)
@@ -406,10 +411,7 @@ def improved_policy(setup: Setup, result: Result, states: Any, t: int, seed: int
             return reward + config.discount * (1.0 - terminated) * agent.value(next_obs)
         q = jax.vmap(one_step)(actions)
     mean, stddev = agent.policy(obs)
-    weights = jax.nn.softmax(q / eta)
-    return {"actions": np.asarray(actions), "values": np.asarray(q),
-            "weights": np.asarray(weights), "mean": np.asarray(mean),
-            "stddev": np.asarray(stddev), "temperature": float(eta)}
+    return actions, q, jax.nn.softmax(q / eta), mean, stddev, eta
 
 
 def plot_improved_policy(ax, q: dict[str, np.ndarray]) -> None:

@@ -4,13 +4,15 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
-import nbformat
-from nbconvert import HTMLExporter
 
 from lab.experiments.records import read_metrics
+
+if TYPE_CHECKING:  # nbconvert and nbformat are imported where a report is written, not by
+    import nbformat  # every kernel whose notebook shows a compare view
+
 
 TEMPLATES = Path(__file__).parent / "templates"
 PROVENANCE_FILE = "provenance.json"
@@ -23,11 +25,13 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
-def export_html(notebook: nbformat.NotebookNode, run: dict[str, Any], path: Path,
+def export_html(notebook: "nbformat.NotebookNode", run: dict[str, Any], path: Path,
                 *, hide_code: bool = False) -> Path:
     """Write the executed notebook as HTML: figures inline, widget state embedded
     (nbconvert does this when the notebook stores it), and a header with the run's
     parameters, metrics, provenance and status."""
+    from nbconvert import HTMLExporter
+
     exporter = HTMLExporter(template_name="lab", extra_template_paths=[str(TEMPLATES)],
                             template_file="report.html.j2", exclude_input=hide_code,
                             exclude_input_prompt=hide_code, exclude_output_prompt=hide_code)
