@@ -61,8 +61,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _sweep(args) -> int:
-    from lab.sweeps import load_spec, report, run_sweep, work
+    from lab.sweeps import load_spec, run_sweep, work
     from lab.sweeps.study import default_storage
+
+    if args.action == "worker":  # many per sweep: it imports no plotting
+        storage = args.storage or default_storage(args.out, args.study)
+        ran = work(storage, args.study, out=args.out, worker=args.worker)
+        print(f"worker {args.worker}: ran {ran} trial(s) of {args.study}")
+        return 0
+    from lab.sweeps import report
 
     if args.action == "run":
         spec = load_spec(args.spec)
@@ -72,14 +79,9 @@ def _sweep(args) -> int:
         print(report.summary_line(study))
         print(f"report: {report.write(study, args.out)}")
         return 0
-    storage = args.storage or default_storage(args.out, args.study)
-    if args.action == "worker":
-        ran = work(storage, args.study, out=args.out, worker=args.worker)
-        print(f"worker {args.worker}: ran {ran} trial(s) of {args.study}")
-        return 0
     from lab.sweeps.study import load
 
-    study, _ = load(storage, args.study)
+    study, _ = load(args.storage or default_storage(args.out, args.study), args.study)
     print(report.summary_line(study))
     print(f"report: {report.write(study, args.out)}")
     return 0
