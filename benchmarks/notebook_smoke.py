@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/notebook_smoke.py [--notebooks 02_vsml 03_sac_ae] [--cells 3]
 
-Runs every notebook (or those named) through the runner with the smoke parameters that
-``tests/test_notebooks.py`` uses, twice, one notebook after another on an otherwise idle
-machine, compiled as the tests compile (most XLA optimisations off): first with a new, empty
+Runs every notebook (or those named) through the runner with the smoke parameters the tests
+use (``tests/smoke.py``), twice, one notebook after another on an otherwise idle machine,
+compiled as the tests compile (most XLA optimisations off): first with a new, empty
 compilation cache (what the test's first run, through the runner, pays), then again with the
 cache the first run filled (what its second run, under plain papermill, pays). Prints the
 wall time of each, their ratio, the budget (60 s for the cold run on the idle 2-core
@@ -28,13 +28,11 @@ sys.path.insert(0, str(ROOT))
 from lab.experiments import run_notebook  # noqa: E402
 from lab.experiments.benchmarking import cpu_model  # noqa: E402
 from lab.experiments.runner import environ  # noqa: E402
-from tests.test_notebooks import SMOKE  # noqa: E402
+from tests.smoke import COMPILE, SMOKE  # noqa: E402
 
 BUDGET_SECONDS = 60
-# compiled as in `make test` (tests/conftest.py); JAX_DISABLE_MOST_OPTIMIZATIONS=0 to compare
-COMPILE_AS_TESTS = {
-    "JAX_DISABLE_MOST_OPTIMIZATIONS": os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS", "1"),
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.2"}
+# compiled as in `make test`; JAX_DISABLE_MOST_OPTIMIZATIONS=0 to time the optimised programs
+COMPILE_AS_TESTS = {name: os.environ.get(name, value) for name, value in COMPILE.items()}
 
 
 def slowest_cells(executed: Path, count: int) -> list[tuple[float, int, str]]:

@@ -6,31 +6,26 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.smoke import COMPILE
+
 
 def _compile_less() -> str | None:
     """Compile less in every process of the test run: the xdist workers and all they start
     (notebook kernels, papermill, sweep workers, simulated-device scripts) inherit these
-    variables, which jax reads at import.
-
-    - One persistent XLA compilation cache for the run: a program one process compiled is
-      loaded, not compiled again, by the next that needs it. A new, empty folder per run,
-      removed at the end, so nothing an earlier run compiled (another jax, other code, other
-      flags) is ever read.
-    - ``JAX_DISABLE_MOST_OPTIMIZATIONS``: XLA's backend optimisation off, which halves most
-      compile times and more for the conv models; programs then round differently in the
-      last bits (about 1e-7 relative), so tests compare with tolerances or against runs
-      compiled alike. ``JAX_DISABLE_MOST_OPTIMIZATIONS=0 make test`` tests the optimised
-      programs that notebooks and benchmarks run.
+    variables, which jax reads at import. Most optimisations off (``tests.smoke.COMPILE``,
+    where the user has not set their own), and one persistent XLA compilation cache for the
+    run: a program one process compiled is loaded, not compiled again, by the next that
+    needs it. A new, empty folder per run, removed at the end, so nothing an earlier run
+    compiled (another jax, other code, other flags) is ever read.
 
     Returns the cache folder when this process made it (the xdist controller, or a plain
     pytest); None when it inherited one (a worker) or the user set their own."""
-    os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+    for name, value in COMPILE.items():
+        os.environ.setdefault(name, value)
     if "JAX_COMPILATION_CACHE_DIR" in os.environ:
         return None
     folder = tempfile.mkdtemp(prefix="lab-tests-xla-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
-    # jax keeps only programs that took this long to compile; the quick ones are not worth it
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
     return folder
 
 

@@ -12,26 +12,10 @@ import pytest
 from lab.experiments import notebook_parameters, run_notebook
 from lab.experiments.records import RUN_DIR_ENV, read_metrics
 from tests.conftest import ROOT
+from tests.smoke import SMOKE
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
-# Tiny parameters per notebook: enough to execute every cell in seconds.
-SMOKE = {
-    "00_quickstart": {"epochs": 2, "width": 16},
-    "01_proxprop": {"epochs": 2, "seeds": 1, "hidden": [32, 16, 32], "lr_grid": [0.1]},
-    "02_vsml": {"iterations": 3, "seeds": 1, "steps": 8, "test_steps": 10, "test_episodes": 2,
-                "tasks": ["iris"], "meta_rnn_tasks_per_batch": 2,
-                "backprop_iterations": 3},
-    "03_sac_ae": {"image_size": 16, "action_repeat": 50, "steps": 40, "init_steps": 20,
-                  "eval_every": 20, "eval_episodes": 1, "seeds": 1, "batch_size": 4,
-                  "hidden_dim": 16, "num_filters": 4},
-    "04_policy_improvement": {"agent": "search", "depth": 1, "branching": 3, "model": "true",
-                              "compare": False, "seeds": 2, "total_steps": 200,
-                              "eval_every": 100, "widths": 8, "batch_size": 8},
-    "05_sweeps": {"trials": 1, "phases": 1, "total_steps": 100, "eval_every": 50, "workers": 1,
-                  "fixed": {"agent": "mpo", "compare": False, "seeds": 1, "widths": 8,
-                            "batch_size": 8}},
-}
 # Metrics each notebook must record.
 HEADLINE = {
     "00_quickstart": {"test_accuracy", "test_loss", "train_loss"},

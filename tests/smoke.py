@@ -1,0 +1,29 @@
+"""What the tests run notebooks with and how they compile, shared with
+``benchmarks/notebook_smoke.py``; no imports, so reading it sets nothing up."""
+
+# Tiny parameters per notebook: enough to execute every cell in seconds (plumbing, not claims;
+# the README's rule: each run under 60 s on the idle machine).
+SMOKE = {
+    "00_quickstart": {"epochs": 2, "width": 16},
+    "01_proxprop": {"epochs": 2, "seeds": 1, "hidden": [32, 16, 32], "lr_grid": [0.1]},
+    "02_vsml": {"iterations": 3, "seeds": 1, "steps": 8, "test_steps": 10, "test_episodes": 2,
+                "tasks": ["iris"], "meta_rnn_tasks_per_batch": 2,
+                "backprop_iterations": 3},
+    "03_sac_ae": {"image_size": 16, "action_repeat": 50, "steps": 40, "init_steps": 20,
+                  "eval_every": 20, "eval_episodes": 1, "seeds": 1, "batch_size": 4,
+                  "hidden_dim": 16, "num_filters": 4},
+    "04_policy_improvement": {"agent": "search", "depth": 1, "branching": 3, "model": "true",
+                              "compare": False, "seeds": 2, "total_steps": 200,
+                              "eval_every": 100, "widths": 8, "batch_size": 8},
+    "05_sweeps": {"trials": 1, "phases": 1, "total_steps": 100, "eval_every": 50, "workers": 1,
+                  "fixed": {"agent": "mpo", "compare": False, "seeds": 1, "widths": 8,
+                            "batch_size": 8}},
+}
+
+# Set in every test process (tests/conftest.py) before jax starts. Most XLA optimisations off
+# halves most compile times; programs then round differently in the last bits (about 3e-8
+# relative measured), so tests compare with tolerances or against runs compiled alike, and
+# JAX_DISABLE_MOST_OPTIMIZATIONS=0 make test tests the optimised programs notebooks run. The
+# persistent cache keeps only programs that took this long to compile.
+COMPILE = {"JAX_DISABLE_MOST_OPTIMIZATIONS": "1",
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.2"}
