@@ -5,11 +5,13 @@
 #             (tests/test_browser.py; Playwright's own browser downloads are not used)
 #   postgresql: the server tests/test_sweeps.py starts on 127.0.0.1 for a sweep shared by
 #               workers (the tests start and stop their own server in a temporary folder)
+#   dataset-fashion-mnist: the official Fashion-MNIST files under
+#               /usr/share/datasets/fashion-mnist, read offline by lab.data.load("fashion_mnist")
 # Without root or apt-get it prints one warning and succeeds; the tests that need a missing
 # package then skip and say what to install.
 set -euo pipefail
 
-PACKAGES=(libosmesa6 chromium postgresql)
+PACKAGES=(libosmesa6 chromium postgresql dataset-fashion-mnist)
 
 missing=()
 for package in "${PACKAGES[@]}"; do

