@@ -71,7 +71,7 @@ def _network_problem(seed, batch=6):
     return model, x, y
 
 
-@pytest.mark.parametrize("solver", ["exact", "cg3"])
+@pytest.mark.parametrize("solver", ["exact", "cg3", "colcg3"])
 def test_proxprop_small_tau_direction_approaches_gradient(solver):
     model, x, y = _network_problem(0)
     _, gradient = value_and_direction(model, x, y, cross_entropy, ProxProp(1.0, "gradient"))
@@ -83,7 +83,8 @@ def test_proxprop_small_tau_direction_approaches_gradient(solver):
 
 
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("solver, tau", [("exact", 0.05), ("exact", 10.0), ("cg3", 1.0)])
+@pytest.mark.parametrize("solver, tau", [("exact", 0.05), ("exact", 10.0), ("cg3", 1.0),
+                                         ("colcg3", 1.0)])
 def test_proxprop_step_is_a_descent_direction(seed, solver, tau):
     """theta_new - theta_k = -d is a descent direction: <d, grad L> > 0 for every layer."""
     model, x, y = _network_problem(seed)
@@ -141,6 +142,7 @@ def test_proxprop_runs_on_a_convnet():
     ({"tau": -1.0}, "tau must be a positive number"),
     ({"solver": "newton"}, "unknown ProxProp solver 'newton'"),
     ({"solver": "cg0"}, "unknown ProxProp solver 'cg0'"),
+    ({"solver": "colcg"}, "unknown ProxProp solver 'colcg'"),
 ])
 def test_proxprop_rejects_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -170,3 +172,99 @@ def test_proxprop_dense_cg_matches_matrix_free_cg_iterates(batch, n_in, iteratio
     dense = proximal_step(layer, a, g, gradient, ProxProp(0.7, f"cg{iterations}"))
     matrix_free = eqx.combine(_cg(layer, a, g, gradient, 0.7, iterations), gradient)
     np.testing.assert_allclose(_flat(dense), _flat(matrix_free), rtol=1e-9)
+
+
+def _numpy_column_cg(A, G, tau, iterations, tol, eps):
+    """The reference code's CG written out column by column in plain numpy: textbook CG on
+    ``(A^T A + I/tau) d_j = A^T g_j`` for each output unit j (its own alpha and beta, eps
+    added to their denominators), keeping every iterate; then the joint stopping rule: the
+    first k at which max_j |r_j^k|^2 < tol^2 mean_j |r_j^0|^2, else k = iterations."""
+    H = A.T @ A + np.eye(A.shape[1]) / tau
+    B = A.T @ G
+    iterates, residuals = [], []
+    for j in range(B.shape[1]):
+        x, r = np.zeros(B.shape[0]), B[:, j].copy()
+        p, rr = r.copy(), r @ r
+        xs, rs = [x.copy()], [rr]
+        for _ in range(iterations):
+            hp = H @ p
+            alpha = rr / (p @ hp + eps)
+            x, r = x + alpha * p, r - alpha * hp
+            rr_new = r @ r
+            p, rr = r + rr_new / (rr + eps) * p, rr_new
+            xs.append(x.copy())
+            rs.append(rr)
+        iterates.append(xs)
+        residuals.append(rs)
+    residuals = np.array(residuals)  # (columns, iterations + 1)
+    met = [k for k in range(1, iterations + 1)
+           if residuals[:, k].max() < tol**2 * residuals[:, 0].mean()]
+    stop = met[0] if met else iterations
+    return np.stack([xs[stop] for xs in iterates], axis=1), stop
+
+
+def _stacked(step):
+    return np.hstack([np.asarray(step.weight), np.asarray(step.bias)[:, None]]).T
+
+
+@pytest.mark.parametrize("batch, n_in", [(5, 12), (20, 6)])  # dual and primal Gram forms
+@pytest.mark.parametrize("iterations", [1, 3, 40])
+def test_proxprop_colcg_matches_numpy_column_by_column_cg(batch, n_in, iterations):
+    from lab.optim.proxprop import REFERENCE_EPS, REFERENCE_TOL
+
+    layer, a, g, gradient = _layer_problem(batch, n_in, 4, seed=3)
+    A = np.hstack([np.asarray(a), np.ones((batch, 1))])
+    tau = 0.7
+    expected, stop = _numpy_column_cg(A, np.asarray(g), tau, iterations, REFERENCE_TOL,
+                                      REFERENCE_EPS)
+    if iterations == 40:
+        assert stop < iterations  # the early stop has acted
+    got = _stacked(proximal_step(layer, a, g, gradient, ProxProp(tau, f"colcg{iterations}")))
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_proxprop_colcg_steps_differ_per_column_and_from_whole_layer_cg():
+    layer, a, g, gradient = _layer_problem(6, 9, 3, seed=4)
+    A = np.hstack([np.asarray(a), np.ones((6, 1))])
+    column = _stacked(proximal_step(layer, a, g, gradient, ProxProp(0.7, "colcg2")))
+    whole = _stacked(proximal_step(layer, a, g, gradient, ProxProp(0.7, "cg2")))
+    assert np.linalg.norm(column - whole) > 1e-3 * np.linalg.norm(whole)
+    # a column solved on its own (a one-output layer) gives that column's iterate
+    one, _ = _numpy_column_cg(A, np.asarray(g)[:, 1:2], 0.7, 2, 1e-2, 1e-6)
+    np.testing.assert_allclose(column[:, 1:2], one, rtol=1e-9)
+
+
+@pytest.mark.parametrize("batch, n_in", [(5, 12), (20, 6)])
+def test_proxprop_colcg_reaches_exact_step(batch, n_in):
+    """Without the early stop and eps, in+1 iterations are exact (at most in+1 distinct
+    eigenvalues); with the reference rule the error is within the stopping bound
+    |D - D*| <= tau |R| < tau 1e-2 |A^T G| (the smallest eigenvalue is at least 1/tau)."""
+    from lab.optim.proxprop import _dense_cg
+
+    layer, a, g, gradient = _layer_problem(batch, n_in, 4, seed=5)
+    tau = 2.0
+    exact = _stacked(proximal_step(layer, a, g, gradient, ProxProp(tau, "exact")))
+    A = jnp.hstack([a, jnp.ones((batch, 1))])
+    full = _dense_cg(A, g, tau, n_in + 1, columnwise=True)
+    assert np.linalg.norm(full - exact) / np.linalg.norm(exact) < 1e-8
+    stopped = _stacked(proximal_step(layer, a, g, gradient, ProxProp(tau, "colcg50")))
+    bound = tau * 1e-2 * np.linalg.norm(np.asarray(A.T @ g))
+    assert 1e-12 < np.linalg.norm(stopped - exact) < bound
+
+
+def test_proxprop_colcg_on_a_convolution_is_one_column_with_the_stopping_rule():
+    from lab.optim.proxprop import _cg
+
+    keys = jax.random.split(jax.random.key(6), 3)
+    conv = eqx.nn.Conv2d(2, 3, 3, padding=1, key=keys[0], dtype=jnp.float64)
+    a = jax.random.normal(keys[1], (2, 2, 5, 5), jnp.float64)
+    g = jax.random.normal(keys[2], (2, 3, 5, 5), jnp.float64) / 2
+    gradient = eqx.filter_grad(lambda c: jnp.sum(jax.vmap(c)(a) * g))(conv)
+    for k in (1, 3):
+        step = proximal_step(conv, a, g, gradient, ProxProp(0.5, f"colcg{k}"))
+        plain = _cg(conv, a, g, gradient, 0.5, k, eps=1e-6)
+        np.testing.assert_allclose(_flat(step), _flat(plain), rtol=1e-10)
+    long = _flat(proximal_step(conv, a, g, gradient, ProxProp(0.5, "colcg300")))
+    exact = _flat(proximal_step(conv, a, g, gradient, ProxProp(0.5, "cg300")))
+    error = np.linalg.norm(long - exact)
+    assert 1e-12 < error < 0.5 * 1e-2 * np.linalg.norm(_flat(gradient))

@@ -26,9 +26,20 @@ preconditioner times the gradient, hence a descent direction (the paper's theore
   equivalent ``(A^T A + I/tau)^-1 A^T G`` of size in+1, whichever is smaller;
 - ``"cgK"`` (Linear and Conv2d; ``cg3``, ``cg5``, ``cg10`` in the paper): K conjugate
   gradient iterations on ``(J^T J + I/tau) d = J^T g`` from ``d = 0``, i.e. warm-started at
-  ``theta_k``. For Conv2d, ``J`` and ``J^T`` are the layer's own forward map and its
-  transpose; for Linear layers the same iterates are computed on the smaller of the Gram
-  matrices ``A A^T`` and ``A^T A``, which costs far less when the batch is small;
+  ``theta_k``, with one step size per iteration shared by the whole layer. For Conv2d, ``J``
+  and ``J^T`` are the layer's own forward map and its transpose; for Linear layers the same
+  iterates are computed on the smaller of the Gram matrices ``A A^T`` and ``A^T A``, which
+  costs far less when the batch is small;
+- ``"colcgK"`` (``colcg3``, ``colcg10``): the CG of the paper's reference code
+  (github.com/tfrerix/proxprop, ``ProxProp.py``, ``conjugate_gradient_block``, called by
+  ``optimization_step`` with ``tol=1e-2``, ``maxit=K``, ``eps=1e-6``). On a Linear layer the
+  unknown is ``[W, b]^T``, one column per output unit, and the same system is solved column by
+  column: each column has its own step sizes ``alpha_j = |r_j|^2 / (<p_j, H p_j> + eps)`` and
+  ``beta_j = |r_j,new|^2 / (|r_j|^2 + eps)``. The stopping rule is *joint*, not per column:
+  after each iteration (at most K), all columns stop once the worst column's squared residual
+  is below ``tol^2`` times the *mean* initial squared residual,
+  ``max_j |r_j|^2 < 1e-4 mean_j |r_j^0|^2``. On a Conv2d layer the reference flattens all
+  parameters into one column, so this is ``cgK`` with that stopping rule and ``eps``;
 - ``"gradient"``: plain backpropagation through the same code, for like-for-like timing.
 """
 
@@ -38,12 +49,16 @@ from dataclasses import dataclass
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import cho_factor, cho_solve
-from jax.scipy.sparse.linalg import cg
 
 PARAMETERISED = (eqx.nn.Linear, eqx.nn.Conv2d)
 PARAMETER_FREE = (eqx.nn.Lambda, eqx.nn.MaxPool2d, eqx.nn.AvgPool2d)
-_CG = re.compile(r"cg([1-9][0-9]*)")
+_CG = re.compile(r"(col)?cg([1-9][0-9]*)")
+REFERENCE_TOL = 1e-2
+"""``colcgK`` stops once every column's residual is below this times the initial RMS one."""
+REFERENCE_EPS = 1e-6
+"""``colcgK`` adds this to the denominators of its step sizes, as the reference code does."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +68,8 @@ class ProxProp:
     tau: float = 0.05
     """Proximal step size; > 0. Small tau: the direction approaches tau * gradient."""
     solver: str = "cg3"
-    """'exact' (Linear layers only), 'cgK' for K conjugate-gradient iterations, or
+    """'exact' (Linear layers only), 'cgK' for K conjugate-gradient iterations over the whole
+    layer, 'colcgK' for the reference code's column-wise CG (at most K iterations), or
     'gradient' (plain backprop)."""
 
     def __post_init__(self):
@@ -61,12 +77,18 @@ class ProxProp:
             raise ValueError(f"ProxProp tau must be a positive number, got {self.tau!r}")
         if self.solver not in ("exact", "gradient") and not _CG.fullmatch(str(self.solver)):
             raise ValueError(f"unknown ProxProp solver {self.solver!r}; use 'exact', 'gradient'"
-                             " or 'cgK' with K iterations (cg3, cg5, cg10)")
+                             ", 'cgK' with K iterations (cg3, cg5, cg10) or 'colcgK' for the"
+                             " reference code's column-wise CG (colcg3, colcg10)")
 
     @property
     def cg_iterations(self) -> int | None:
         match = _CG.fullmatch(self.solver)
-        return int(match.group(1)) if match else None
+        return int(match.group(2)) if match else None
+
+    @property
+    def columnwise(self) -> bool:
+        """True for 'colcgK': the reference code's CG (per-column steps, early stop)."""
+        return self.solver.startswith("colcg")
 
 
 def parameterised_layers(model: eqx.nn.Sequential, solver: str) -> list[int]:
@@ -122,35 +144,68 @@ def _exact(A: jax.Array, g: jax.Array, tau: float) -> jax.Array:
     return cho_solve(cho_factor(K), A.T @ g)
 
 
-def _dense_cg(A: jax.Array, g: jax.Array, tau: float, iterations: int) -> jax.Array:
-    """CG on ``(A^T A + I/tau) D = A^T G`` from ``D = 0``, on the smaller Gram matrix.
+def _ratio(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
+    """``numerator / denominator``, 0 where the denominator is 0 (a zero residual)."""
+    safe = denominator > 0
+    return jnp.where(safe, numerator / jnp.where(safe, denominator, 1.0), 0.0)
+
+
+def _cg_loop(curvature, norm2, b: jax.Array, iterations: int, tol: float, eps: float):
+    """At most ``iterations`` CG iterations from 0 on ``H x = b``, in given coordinates.
+
+    ``curvature(p) -> (H p, <p, H p>)`` and ``norm2(r) -> <r, r>``, where ``<., .>`` is the
+    parameter-space inner product, summed over everything (one CG, scalar steps) or over
+    axis 0 (one CG per column, steps of shape (columns,)). ``eps`` is added to the step
+    sizes' denominators; after each iteration the loop stops (the state is frozen) once
+    ``max <r, r> < tol^2 mean <r_0, r_0>``: never for ``tol=0``."""
+    rr0 = norm2(b)
+    threshold = tol**2 * jnp.mean(rr0)
+
+    def step(_, state):
+        x, r, p, rr, done = state
+        hp, php = curvature(p)
+        alpha = _ratio(rr, php + eps)
+        x_new, r_new = x + alpha * p, r - alpha * hp
+        rr_new = norm2(r_new)
+        p_new = r_new + _ratio(rr_new, rr + eps) * p
+        new = jax.tree.map(lambda old, new: jnp.where(done, old, new), (x, r, p, rr),
+                           (x_new, r_new, p_new, rr_new))
+        return (*new, done | (jnp.max(rr_new) < threshold))
+
+    start = (jnp.zeros_like(b), b, b, rr0, jnp.asarray(False))
+    return jax.lax.fori_loop(0, iterations, step, start)[0]
+
+
+def _dense_cg(A: jax.Array, g: jax.Array, tau: float, iterations: int, *,
+              columnwise: bool = False, tol: float = 0.0, eps: float = 0.0) -> jax.Array:
+    """CG on ``(A^T A + I/tau) D = A^T G`` from ``D = 0``, on the smaller Gram matrix; one CG
+    over the whole of ``D`` or, ``columnwise``, one per column (output unit).
 
     With more features than examples the iterates are kept as ``D = A^T Y`` and updated in
     batch space: every CG vector of the parameter space lies in the range of ``A^T``
     (it starts at ``A^T G``), and ``<A^T u, A^T v> = <u, A A^T v>``, so these are exactly
     the parameter-space iterates at a cost of batch^2 per step instead of batch x features.
     """
+    def inner(u, v):
+        return jnp.sum(u * v, axis=0) if columnwise else jnp.vdot(u, v)
+
     batch, features = A.shape
     if batch > features:
         gram = A.T @ A
-        D, _ = cg(lambda v: gram @ v + v / tau, A.T @ g, x0=jnp.zeros((features, g.shape[1]),
-                  g.dtype), tol=0.0, atol=0.0, maxiter=iterations)
-        return D
+
+        def curvature(p):
+            hp = gram @ p + p / tau
+            return hp, inner(p, hp)
+
+        return _cg_loop(curvature, lambda r: inner(r, r), A.T @ g, iterations, tol, eps)
     gram = A @ A.T
 
-    def step(_, state):
-        y, s, q, rr = state  # D = A^T y, residual A^T s, search direction A^T q, rr = |A^T s|^2
+    def dual_curvature(q):  # p = A^T q: H p = A^T (gram q + q/tau), <p, H p> = <gram q, .>
         u = gram @ q
-        h = u + q / tau  # H A^T q = A^T h
-        qhq = jnp.vdot(u, h)  # <A^T q, A^T h>
-        alpha = jnp.where(qhq > 0, rr / jnp.where(qhq > 0, qhq, 1.0), 0.0)
-        y, s = y + alpha * q, s - alpha * h
-        rr_next = jnp.vdot(s, gram @ s)
-        beta = jnp.where(rr > 0, rr_next / jnp.where(rr > 0, rr, 1.0), 0.0)
-        return y, s, s + beta * q, rr_next
+        h = u + q / tau
+        return h, inner(u, h)
 
-    start = (jnp.zeros_like(g), g, g, jnp.vdot(g, gram @ g))
-    y, *_ = jax.lax.fori_loop(0, iterations, step, start)
+    y = _cg_loop(dual_curvature, lambda s: inner(s, gram @ s), g, iterations, tol, eps)
     return A.T @ y
 
 
@@ -160,6 +215,9 @@ def _linear_step(layer: eqx.nn.Linear, a, g, gradient, config: "ProxProp"):
     A = _augmented(layer, a)
     if config.solver == "exact":
         D = _exact(A, g, config.tau)
+    elif config.columnwise:
+        D = _dense_cg(A, g, config.tau, config.cg_iterations, columnwise=True,
+                      tol=REFERENCE_TOL, eps=REFERENCE_EPS)
     else:
         D = _dense_cg(A, g, config.tau, config.cg_iterations)
     weight = D[: a.shape[1]].T
@@ -168,20 +226,21 @@ def _linear_step(layer: eqx.nn.Linear, a, g, gradient, config: "ProxProp"):
     return eqx.tree_at(lambda grad: (grad.weight, grad.bias), gradient, (weight, D[-1]))
 
 
-def _cg(layer, a: jax.Array, g: jax.Array, gradient, tau: float, iterations: int):
-    """K conjugate-gradient iterations on ``(J^T J + I/tau) d = J^T g`` from ``d = 0``."""
+def _cg(layer, a: jax.Array, g: jax.Array, gradient, tau: float, iterations: int, *,
+        tol: float = 0.0, eps: float = 0.0):
+    """At most ``iterations`` CG iterations on ``(J^T J + I/tau) d = J^T g`` from ``d = 0``,
+    matrix-free, on all the layer's parameters flattened into one vector."""
     params, static = eqx.partition(layer, eqx.is_array)
     _, forward = jax.linearize(lambda p: jax.vmap(eqx.combine(p, static))(a), params)
     transpose = jax.linear_transpose(forward, params)
+    rhs, unflatten = ravel_pytree(eqx.filter(gradient, eqx.is_array))
 
-    def normal(v):
-        (jtjv,) = transpose(forward(v))
-        return jax.tree.map(lambda x, y: x + y / tau, jtjv, v)
+    def curvature(v):
+        (jtjv,) = transpose(forward(unflatten(v)))
+        hv = ravel_pytree(jtjv)[0] + v / tau
+        return hv, jnp.vdot(v, hv)
 
-    rhs = eqx.filter(gradient, eqx.is_array)
-    d, _ = cg(normal, rhs, x0=jax.tree.map(jnp.zeros_like, rhs), tol=0.0, atol=0.0,
-              maxiter=iterations)
-    return d
+    return unflatten(_cg_loop(curvature, lambda r: jnp.vdot(r, r), rhs, iterations, tol, eps))
 
 
 @eqx.filter_jit
@@ -195,7 +254,9 @@ def proximal_step(layer, a: jax.Array, g: jax.Array, gradient, config: ProxProp)
         return gradient
     if isinstance(layer, eqx.nn.Linear):
         return _linear_step(layer, a, g, gradient, config)
-    return eqx.combine(_cg(layer, a, g, gradient, config.tau, config.cg_iterations), gradient)
+    stop = dict(tol=REFERENCE_TOL, eps=REFERENCE_EPS) if config.columnwise else {}
+    return eqx.combine(_cg(layer, a, g, gradient, config.tau, config.cg_iterations, **stop),
+                       gradient)
 
 
 @eqx.filter_jit
@@ -208,9 +269,20 @@ def value_and_direction(model: eqx.nn.Sequential, x: jax.Array, y: jax.Array, lo
     the model's gradient, for ``optimizer.update``.
     """
     taps = parameterised_layers(model, config.solver)
+    (loss, aux), grads, inputs, signals = _signals(model, x, y, loss_fn, taps)
     layers = model.layers
+    for position, i in enumerate(taps[:-1]):  # the last layer keeps its gradient
+        step = proximal_step(layers[i], inputs[position], signals[position],
+                             grads.layers[i], config)
+        grads = eqx.tree_at(lambda m, i=i: m.layers[i], grads, step)
+    return (loss, aux), grads
+
+
+def _signals(model: eqx.nn.Sequential, x, y, loss_fn, taps: list[int]):
+    """One forward and backward pass: ``((loss, aux), grads, inputs, signals)``, with each
+    tapped layer's batched input ``a`` and ``dL/dz`` for its batched output."""
     zeros = [jnp.zeros((x.shape[0], *s.shape), s.dtype)
-             for s in _tapped_output_shapes(layers, taps, x[0])]
+             for s in _tapped_output_shapes(model.layers, taps, x[0])]
 
     @eqx.filter_value_and_grad(has_aux=True)
     def loss_and_signals(differentiable):
@@ -221,11 +293,16 @@ def value_and_direction(model: eqx.nn.Sequential, x: jax.Array, y: jax.Array, lo
         return loss, (aux, inputs)
 
     (loss, (aux, inputs)), (grads, signals) = loss_and_signals((model, zeros))
-    for position, i in enumerate(taps[:-1]):  # the last layer keeps its gradient
-        step = proximal_step(layers[i], inputs[position], signals[position],
-                             grads.layers[i], config)
-        grads = eqx.tree_at(lambda m, i=i: m.layers[i], grads, step)
-    return (loss, aux), grads
+    return (loss, aux), grads, inputs, signals
+
+
+@eqx.filter_jit
+def layer_problems(model: eqx.nn.Sequential, x: jax.Array, y: jax.Array, loss_fn):
+    """The proximal problems a ProxProp step solves: for each hidden Linear/Conv2d layer,
+    ``(index, a, g, gradient)`` as :func:`proximal_step` takes them (for benchmarks)."""
+    taps = parameterised_layers(model, "gradient")
+    _, grads, inputs, signals = _signals(model, x, y, loss_fn, taps)
+    return [(i, inputs[n], signals[n], grads.layers[i]) for n, i in enumerate(taps[:-1])]
 
 
 def _tapped_output_shapes(layers, taps, example):
