@@ -86,6 +86,30 @@ def test_notebook_runs_alike_through_the_runner_and_plain_papermill(path, tmp_pa
         assert untimed(first.metrics) == untimed(read_metrics(papermill_dir))
 
 
+@pytest.mark.parametrize("params, message", [
+    (["-p", "epochs", "-3"], "00_quickstart.ipynb: epochs must be at least 1, got -3"),
+    (["-p", "dataset", "mnistt"], "00_quickstart.ipynb: unknown dataset 'mnistt'; choose one"),
+    (["-p", "lr", "0"], "00_quickstart.ipynb: lr must be positive, got 0.0"),
+])
+def test_quickstart_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
+    from lab.experiments.cli import main
+
+    out = tmp_path / "reports"
+    assert main(["run", str(ROOT / "notebooks/00_quickstart.ipynb"), *params,
+                 "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {message}")
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_quickstart_trains_on_real_images_offline(tmp_path):
+    params = SMOKE["00_quickstart"] | {"dataset": "mnist_5k", "epochs": 5}
+    result = run_notebook(ROOT / "notebooks/00_quickstart.ipynb", params, out=tmp_path,
+                          progress=False)
+    assert result.status == "ok", result.error
+    assert result.metrics["test_accuracy"] > 0.5  # 5 epochs of 4,000 digits; chance is 0.1
+
+
 @pytest.mark.parametrize("name, value, message", [
     ("tau", "0", "01_proxprop.ipynb: ProxProp tau must be a positive number, got 0.0"),
     ("solver", "newton", "01_proxprop.ipynb: unknown ProxProp solver 'newton'"),
