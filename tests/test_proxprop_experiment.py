@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -11,8 +12,11 @@ import pytest
 
 from lab.data import load
 from lab.experiments.proxprop import (
+    NOTEBOOK_DEFAULTS,
+    PRESETS,
     Comparison,
     apply_preset,
+    compare,
     configure,
     curves,
     describe,
@@ -32,6 +36,8 @@ from lab.train.proxprop import (
     make_train,
     train_grid,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _curves(train_loss):
@@ -56,7 +62,8 @@ def test_verdict_counts_epochs_and_rescued_step_sizes():
     lrs = np.array([0.1, 1.0])
     backprop = _curves([[[2, 1.0, 0.5], [2, np.nan, np.nan]]])
     proxprop = _curves([[[2, 0.8, 0.6], [2, 0.5, 0.2]]])
-    v = verdict(Comparison(lrs, backprop, proxprop, 1.0, 2.0), early_epoch=1)
+    v = verdict(Comparison(lrs, backprop, {"exact": proxprop}, {"BackProp": 1.0, "exact": 2.0}),
+                early_epoch=1)
     assert v["backprop_tuned_lr"] == 0.1 and v["proxprop_tuned_lr"] == 1.0
     assert v["epochs_proxprop_lower"] == 2 and v["claim_faster_per_epoch"]
     assert v["lrs_only_backprop_diverges"] == [1.0] and v["claim_stable_where_backprop_diverges"]
@@ -67,16 +74,31 @@ def test_verdict_reports_a_claim_that_does_not_hold():
     lrs = np.array([0.1])
     backprop = _curves([[[2, 0.5, 0.1]]])
     proxprop = _curves([[[2, 0.8, 0.05]]])
-    v = verdict(Comparison(lrs, backprop, proxprop, 1.0, 1.0))
+    v = verdict(Comparison(lrs, backprop, {"cg3": proxprop}, {"BackProp": 1.0, "cg3": 1.0}))
     assert v["epochs_proxprop_lower"] == 1 and not v["claim_faster_per_epoch"]
     assert not v["claim_stable_where_backprop_diverges"]
 
 
-def test_apply_preset_overrides_and_rejects_unknown_names():
+def test_apply_preset_sets_values_left_at_defaults_and_rejects_unknown_names():
     assert apply_preset("default", {"lr": 3.0}) == {"lr": 3.0}
     assert apply_preset("paper_mlp", {"lr": 3.0})["hidden"] == [4000, 1000, 4000]
+    defaults = NOTEBOOK_DEFAULTS | {"epochs": 1, "solver": "cg10"}  # given explicitly
+    fashion = apply_preset("fashion_mlp", defaults)
+    assert fashion["epochs"] == 1 and fashion["solver"] == "cg10"
+    assert fashion["lr_grid"] == PRESETS["fashion_mlp"]["lr_grid"]
+    assert fashion["train_size"] == PRESETS["fashion_mlp"]["train_size"]
     with pytest.raises(ValueError, match="unknown preset 'paper'; choose one of default"):
         apply_preset("paper", {})
+
+
+def test_notebook_defaults_are_the_parameters_cell():
+    import nbformat
+
+    notebook = nbformat.read(ROOT / "notebooks/01_proxprop.ipynb", as_version=4)
+    cell = next(c for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
+    values = {}
+    exec(cell.source, {}, values)
+    assert {k: values[k] for k in NOTEBOOK_DEFAULTS} == NOTEBOOK_DEFAULTS
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -102,6 +124,12 @@ def test_configure_builds_the_setup_and_its_grid():
     paper = configure(**DEFAULTS | {"preset": "paper_conv"})
     assert paper.config.arch == "conv" and paper.config.solver == "cg3"
     assert paper.dataset == "cifar10"
+    fashion = configure(**NOTEBOOK_DEFAULTS | {"preset": "fashion_mlp"})
+    assert fashion.solvers == ("exact", "cg3") and fashion.seeds >= 3
+    assert fashion.config.hidden == (4000, 1000, 4000) and fashion.config.batch_size == 500
+    assert fashion.dataset == "fashion_mnist" and fashion.config.tau == 0.05
+    conv = configure(**NOTEBOOK_DEFAULTS | {"preset": "fashion_conv"})
+    assert conv.solvers == ("cg3", "cg10") and conv.config.optimizer == "adam"
 
 
 @pytest.mark.parametrize("change, message", [
@@ -110,6 +138,11 @@ def test_configure_builds_the_setup_and_its_grid():
     ({"dataset": "imagenet"}, "unknown dataset 'imagenet'"),
     ({"tau": -1.0}, "tau must be a positive number"),
     ({"preset": "paper"}, "unknown preset 'paper'"),
+    ({"more_solvers": ["newton"]}, "unknown ProxProp solver 'newton'"),
+    ({"more_solvers": ["exact"]}, "'exact' is BackProp or `solver` itself"),
+    ({"more_solvers": ["gradient"]}, "'gradient' is BackProp or `solver` itself"),
+    ({"arch": "conv", "solver": "cg3", "more_solvers": ["exact"]},
+     "solver 'exact' handles Linear layers only"),
 ])
 def test_configure_rejects_bad_values(change, message):
     with pytest.raises(ValueError, match=message):
@@ -123,6 +156,23 @@ def test_as_inputs_shapes_images_for_each_arch():
     assert as_inputs(np.zeros((5, 28, 28)), "mlp").shape == (5, 784)
     with pytest.raises(ValueError, match="square images"):
         as_inputs(np.zeros((5, 30)), "conv")
+
+
+def test_compare_trains_backprop_and_each_solver_over_the_same_grid():
+    setup = configure(**DEFAULTS | {"dataset": "iris", "batch_size": 30, "seeds": 1,
+                                    "more_solvers": ["colcg2"], "lr_grid": [0.1]})
+    x, y = load("iris", "train")
+    data = (x, y, x, y)
+    result = compare(setup, data)
+    assert list(result.proxprop) == ["exact", "colcg2"] and result.solver == "exact"
+    assert set(result.seconds_per_epoch) == {"BackProp", "exact", "colcg2"}
+    assert all(s > 0 for s in result.seconds_per_epoch.values())
+    key = jax.random.split(jax.random.key(0), 1)[0]  # train_grid's first seed
+    alone = make_train(replace(setup.config, solver="colcg2"), *data)(key, setup.lrs[1])
+    np.testing.assert_allclose(result.proxprop["colcg2"].train_loss[0, 1], alone.train_loss,
+                               rtol=1e-5)
+    assert not np.allclose(result.proxprop["colcg2"].train_loss,
+                           result.proxprop["exact"].train_loss)
 
 
 def test_train_grid_matches_single_runs_and_gradient_solver_is_backprop():
@@ -158,11 +208,19 @@ def test_describe_states_each_verdict_with_its_numbers():
     lrs = np.array([0.1, 1.0])
     backprop = _curves([[[2, 1.0, 0.5], [2, np.nan, np.nan]]])
     proxprop = _curves([[[2, 0.8, 0.6], [2, 0.5, 0.2]]])
-    metrics = verdict(Comparison(lrs, backprop, proxprop, 1.0, 2.0), early_epoch=1)
-    text = " ".join(describe(metrics, configure(**DEFAULTS), early_epoch=1).split())
+    slow = _curves([[[2, 1.5, 0.9], [2, 0.9, 0.8]]])  # ahead after epoch 1, behind after 2
+    result = Comparison(lrs, backprop, {"exact": proxprop, "cg3": slow},
+                        {"BackProp": 1.0, "exact": 2.0, "cg3": 1.5})
+    metrics = verdict(result, early_epoch=1)
+    text = " ".join(describe(metrics, configure(**DEFAULTS | {"more_solvers": ["cg3"]}),
+                             early_epoch=1).split())
     assert "Faster per epoch: holds" in text and "Stable where BackProp diverges: holds" in text
     assert "after epoch 1 0.5 against 1," in text and "losses were [0.2]" in text
-    assert "(2.00x)" in text
+    assert "ProxProp (exact, 2.00x)" in text and "ProxProp (cg3, 1.50x)" in text
+    assert ("ProxProp with cg3**, against the same BackProp runs: tuned step size 1, lower "
+            "than BackProp after 1 of 2 epochs (faster per epoch: does not hold)") in text
+    assert metrics["by_solver"]["cg3"]["proxprop_final_train_loss"] == 0.8
+    assert metrics["proxprop_final_train_loss"] == 0.2 and metrics["solvers"] == ["exact", "cg3"]
 
 
 def test_side_by_side_is_make_train_one_epoch_at_a_time_and_stops_on_request():
@@ -188,8 +246,9 @@ def test_recorded_curves_are_the_tuned_runs_means():
     lrs = np.array([0.1, 1.0])
     loss = np.array([[[2.0, 1.0], [2.0, 0.5]], [[2.0, 1.2], [2.0, 0.7]]])  # (seeds, lrs, 2)
     c = Curves(loss, loss, 1 - loss / 2)
-    result = Comparison(lrs, c, c, 1.0, 1.0)
+    result = Comparison(lrs, c, {"exact": c, "cg3": c}, {"BackProp": 1.0, "exact": 1.0, "cg3": 1.0})
     recorded = curves(result)
     tuned = recorded["ProxProp training loss (tuned lr)"]
     assert tuned["x"] == [0, 1] and tuned["y"] == [2.0, 0.6]
+    assert recorded["ProxProp (cg3) training loss (tuned lr)"] == tuned
     assert json.loads(json.dumps(recorded)) == recorded

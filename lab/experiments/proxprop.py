@@ -3,7 +3,9 @@
 Claim (Frerix et al. 2018): at their tuned step sizes ProxProp lowers the training loss
 faster per epoch than BackProp, and it stays stable at step sizes where BackProp
 diverges. Both methods train over the same grid of step sizes and seeds; the tuned step
-size of each is the one with the lowest mean final training loss.
+size of each is the one with the lowest mean final training loss. ProxProp can train with
+several solvers side by side (``solver`` first, then ``more_solvers``), each judged against
+the same BackProp runs.
 """
 
 from collections.abc import Callable
@@ -21,13 +23,32 @@ from lab.train.proxprop import (
     ProxPropConfig,
     as_inputs,
     make_epochs,
-    seconds_per_epoch,
-    train_grid,
+    timed_grid,
 )
 
-# The paper's set-ups (they need CIFAR-10 in the data cache: lab.data.load("cifar10")).
+# The paper's set-ups. fashion_*: on Fashion-MNIST (offline from Debian's
+# dataset-fashion-mnist), sized to finish in about an hour on a 2-core CPU; paper_*: the
+# paper's CIFAR-10 runs (they need CIFAR-10 in the data cache: lab.data.load("cifar10")).
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
+    # Measured on the 2-core CPU shared with 3 other jobs (load 5-7), 2026-11-23, per step of
+    # batch 500 at these widths: BackProp 0.90 s, exact 3.14 s, cg3 1.68 s (colcg3 1.53 s);
+    # full-batch evaluation 0.44 ms per example. A full 60,000-image epoch would cost about
+    # 140 s (BackProp) + 410 s (exact) + 230 s (cg3) per seed and step size, 78 min for the
+    # grid below, so the CPU preset trains on the first 10,000 images (20 steps per epoch,
+    # about 140 s per seed and step size for all three methods, 850 s an epoch for the grid):
+    # 4 epochs, about an hour with compilation. On a GPU: -p train_size 60000 -p epochs 10.
+    "fashion_mlp": dict(dataset="fashion_mnist", arch="mlp", hidden=[4000, 1000, 4000],
+                        batch_size=500, optimizer="nesterov", backprop_lr=0.05, lr=1.0,
+                        tau=0.05, solver="exact", more_solvers=["cg3"], train_size=10_000,
+                        epochs=4, seeds=3, lr_grid=[0.05, 1.0]),
+    # The paper's ConvNet (models.py, ProxPropConvNet: three 5x5 convolutions of 16, 20, 20
+    # channels, 'same' padding, ReLU, 2x2 max-pool after the first two; Linear 980 -> 10 on
+    # 28x28x1), Adam, tau 1, cg3 and cg10 as in paper_experiments.sh; full training set.
+    # COST_CONV
+    "fashion_conv": dict(dataset="fashion_mnist", arch="conv", batch_size=500, optimizer="adam",
+                         backprop_lr=1e-3, lr=1e-3, tau=1.0, solver="cg3", more_solvers=["cg10"],
+                         train_size=0, epochs=20, seeds=3, lr_grid=[1e-4, 1e-3, 1e-2]),
     "paper_mlp": dict(dataset="cifar10", arch="mlp", hidden=[4000, 1000, 4000], batch_size=500,
                       optimizer="nesterov", backprop_lr=0.05, lr=1.0, tau=0.05, solver="exact",
                       epochs=50, lr_grid=[0.005, 0.05, 0.5, 1.0, 5.0]),
@@ -37,11 +58,28 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+NOTEBOOK_DEFAULTS: dict[str, Any] = dict(
+    dataset="digits", arch="mlp", hidden=[400, 100, 400], solver="exact", more_solvers=[],
+    optimizer="nesterov", lr=1.0, backprop_lr=0.05, tau=0.05, epochs=30, batch_size=100,
+    train_size=0, seeds=3,
+    lr_grid=[0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0])
+"""The parameters cell of ``notebooks/01_proxprop.ipynb`` (a test keeps them equal)."""
+
+
 def apply_preset(preset: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    """The notebook's parameters with the preset's values put over them."""
+    """The notebook's parameters with the preset's values put over those left at the
+    notebook's defaults: a value given explicitly (``-p epochs 1``) wins over the preset."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    return parameters | PRESETS[preset]
+    return parameters | {name: value for name, value in PRESETS[preset].items()
+                         if name not in parameters
+                         or _same(parameters[name], NOTEBOOK_DEFAULTS.get(name))}
+
+
+def _same(value, default) -> bool:
+    if isinstance(value, list | tuple) and isinstance(default, list | tuple):
+        return list(value) == list(default)
+    return value == default
 
 
 @dataclass(frozen=True)
@@ -54,6 +92,11 @@ class Setup:
     backprop_lr: float
     lr_grid: tuple[float, ...]
     seeds: int
+    more_solvers: tuple[str, ...] = ()
+    """ProxProp solvers trained beside ``config.solver`` over the same grid and seeds."""
+    train_size: int = 0
+    """Training examples used, the first ones of the training split (as the reference code's
+    ``--num_training_samples``); 0 for all of them."""
     devices: int = 1
     """Devices each minibatch is split over (``devices // model_devices`` ways)."""
     model_devices: int = 1
@@ -65,6 +108,11 @@ class Setup:
         return parallel.mesh_or_none(self.devices, self.model_devices)
 
     @property
+    def solvers(self) -> tuple[str, ...]:
+        """Every ProxProp solver compared with BackProp, ``config.solver`` first."""
+        return (self.config.solver, *self.more_solvers)
+
+    @property
     def lrs(self) -> np.ndarray:
         """The grid both methods train over: ``lr_grid`` plus both given step sizes."""
         return np.array(sorted(set(self.lr_grid) | {self.lr, self.backprop_lr}))
@@ -72,15 +120,19 @@ class Setup:
 
 def configure(*, preset: str, dataset: str, arch: str, hidden: list[int], solver: str,
               optimizer: str, lr: float, backprop_lr: float, tau: float, epochs: int,
-              batch_size: int, seeds: int, lr_grid: list[float], devices: int = 1,
+              batch_size: int, seeds: int, lr_grid: list[float],
+              more_solvers: list[str] = (), train_size: int = 0, devices: int = 1,
               model_devices: int = 1) -> Setup:
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
     The runner calls this before it starts a kernel (the notebook's metadata names it)."""
     p = apply_preset(preset, dict(dataset=dataset, arch=arch, hidden=hidden, solver=solver,
                                   optimizer=optimizer, lr=lr, backprop_lr=backprop_lr, tau=tau,
-                                  epochs=epochs, batch_size=batch_size, lr_grid=lr_grid))
+                                  epochs=epochs, batch_size=batch_size, lr_grid=lr_grid,
+                                  more_solvers=more_solvers, train_size=train_size,
+                                  seeds=seeds))
     if p["dataset"] not in DATASETS:
         raise ValueError(f"unknown dataset {p['dataset']!r}; choose one of {', '.join(DATASETS)}")
+    seeds = p["seeds"]
     if seeds < 1:
         raise ValueError(f"seeds must be at least 1, got {seeds}")
     step_sizes = [p["lr"], p["backprop_lr"], *p["lr_grid"]]
@@ -90,9 +142,19 @@ def configure(*, preset: str, dataset: str, arch: str, hidden: list[int], solver
     config = ProxPropConfig(arch=p["arch"], hidden=tuple(p["hidden"]), solver=p["solver"],
                             tau=p["tau"], optimizer=p["optimizer"], epochs=p["epochs"],
                             batch_size=p["batch_size"])
+    if not 0 <= p["train_size"] or 0 < p["train_size"] < config.batch_size:
+        raise ValueError(f"train_size must be 0 (all) or at least batch_size "
+                         f"{config.batch_size}, got {p['train_size']}")
+    more = tuple(p["more_solvers"])
+    for solver in more:
+        if solver == "gradient" or solver == config.solver:
+            raise ValueError(f"more_solvers: {solver!r} is BackProp or `solver` itself; list "
+                             "other ProxProp solvers")
+        replace(config, solver=solver)  # validates the solver for the arch
     parallel.check_devices(devices, model_devices, batch_size=config.batch_size)
     return Setup(config, p["dataset"], float(p["lr"]), float(p["backprop_lr"]),
-                 tuple(map(float, p["lr_grid"])), seeds, devices, model_devices)
+                 tuple(map(float, p["lr_grid"])), seeds, more, int(p["train_size"]), devices,
+                 model_devices)
 
 
 @dataclass(frozen=True)
@@ -101,32 +163,40 @@ class Comparison:
 
     lrs: np.ndarray
     backprop: Curves
-    proxprop: Curves
-    backprop_seconds_per_epoch: float
-    proxprop_seconds_per_epoch: float
+    proxprop: dict[str, Curves]
+    """Per ProxProp solver, the headline one (``setup.config.solver``) first."""
+    seconds_per_epoch: dict[str, float]
+    """Wall-clock seconds per epoch of ``"BackProp"`` and of each solver's runs."""
+
+    @property
+    def solver(self) -> str:
+        """The headline ProxProp solver."""
+        return next(iter(self.proxprop))
 
 
 def load_data(setup: Setup):
-    """Training and validation (the dataset's test split) inputs shaped for the arch."""
+    """Training (the first ``setup.train_size`` examples, or all) and validation (the
+    dataset's test split) inputs shaped for the arch."""
     x, y = load(setup.dataset, "train")
+    if setup.train_size:
+        x, y = x[: setup.train_size], y[: setup.train_size]
     x_val, y_val = load(setup.dataset, "test")
     arch = setup.config.arch
     return as_inputs(x, arch), y, as_inputs(x_val, arch), y_val
 
 
 def compare(setup: Setup, data) -> Comparison:
-    """Train both methods over ``setup.lrs`` and ``setup.seeds``, and time one epoch of
-    each at its own given step size, on ``setup.mesh()``."""
-    backprop, mesh = replace(setup.config, solver="gradient"), setup.mesh()
-    return Comparison(
-        lrs=setup.lrs,
-        backprop=jax_to_numpy(train_grid(backprop, data, setup.lrs, setup.seeds, mesh=mesh)),
-        proxprop=jax_to_numpy(train_grid(setup.config, data, setup.lrs, setup.seeds,
-                                         mesh=mesh)),
-        backprop_seconds_per_epoch=seconds_per_epoch(backprop, data, setup.backprop_lr,
-                                                     mesh=mesh),
-        proxprop_seconds_per_epoch=seconds_per_epoch(setup.config, data, setup.lr, mesh=mesh),
-    )
+    """Train BackProp and every solver of ``setup.solvers`` over ``setup.lrs`` and
+    ``setup.seeds`` on ``setup.mesh()``; each one's seconds per epoch are those of its own
+    grid run, compiled (:func:`lab.train.proxprop.timed_grid`)."""
+    mesh = setup.mesh()
+    curves, seconds = {}, {}
+    for name, solver in (("BackProp", "gradient"), *((s, s) for s in setup.solvers)):
+        config = replace(setup.config, solver=solver)
+        grid, seconds[name] = timed_grid(config, data, setup.lrs, setup.seeds, mesh=mesh)
+        curves[name] = jax_to_numpy(grid)
+    backprop = curves.pop("BackProp")
+    return Comparison(setup.lrs, backprop, curves, seconds)
 
 
 def side_by_side(setup: Setup, data, seed: int = 0,
@@ -162,11 +232,26 @@ def side_by_side(setup: Setup, data, seed: int = 0,
             for name, run in runs.items()}
 
 
+def method_name(solver: str, result: Comparison) -> str:
+    """"ProxProp" for the headline solver, "ProxProp (cg3)" for the others."""
+    return "ProxProp" if solver == result.solver else f"ProxProp ({solver})"
+
+
+def methods(result: Comparison) -> dict[str, tuple[Curves, float]]:
+    """``{"BackProp": (curves, seconds per epoch), "ProxProp": ..., "ProxProp (cg3)": ...}``,
+    BackProp first, then the headline solver, then the others."""
+    out = {"BackProp": (result.backprop, result.seconds_per_epoch["BackProp"])}
+    for solver, curves in result.proxprop.items():
+        out[method_name(solver, result)] = (curves, result.seconds_per_epoch[solver])
+    return out
+
+
 def tuned_curves(result: Comparison) -> dict[str, tuple[float, Curves]]:
     """Each method's step size with the lowest final training loss and its curves, averaged
-    over seeds: ``{"BackProp": (lr, curves), "ProxProp": (lr, curves)}``."""
+    over seeds: ``{"BackProp": (lr, curves), "ProxProp": (lr, curves), ...}`` (names of
+    :func:`methods`)."""
     out = {}
-    for name, curves in (("BackProp", result.backprop), ("ProxProp", result.proxprop)):
+    for name, (curves, _) in methods(result).items():
         i = tuned_index(curves)
         out[name] = (float(result.lrs[i]), Curves(*(c[:, i].mean(0) for c in curves)))
     return out
@@ -208,37 +293,50 @@ def tuned_index(curves: Curves) -> int:
     return int(np.argmin(final))
 
 
-def verdict(result: Comparison, *, early_epoch: int = 5) -> dict[str, Any]:
-    """The claim's numbers, ready for ``record``; see the module docstring."""
-    bp_i, pp_i = tuned_index(result.backprop), tuned_index(result.proxprop)
-    bp = result.backprop.train_loss[:, bp_i].mean(0)
-    pp = result.proxprop.train_loss[:, pp_i].mean(0)
-    epochs = len(bp) - 1
-    early = min(early_epoch, epochs)
+def against_backprop(lrs: np.ndarray, backprop: Curves, proxprop: Curves, *,
+                     early_epoch: int = 5) -> dict[str, Any]:
+    """One ProxProp solver's claim numbers against BackProp over the same grid."""
+    bp_i, pp_i = tuned_index(backprop), tuned_index(proxprop)
+    bp = backprop.train_loss[:, bp_i].mean(0)
+    pp = proxprop.train_loss[:, pp_i].mean(0)
+    early = min(early_epoch, len(bp) - 1)
     ahead = pp[1:] < bp[1:]
-    bp_div, pp_div = diverged(result.backprop), diverged(result.proxprop)
-    rescued = result.lrs[bp_div & ~pp_div]
+    bp_div, pp_div = diverged(backprop), diverged(proxprop)
+    rescued = lrs[bp_div & ~pp_div]
     return {
-        "backprop_tuned_lr": float(result.lrs[bp_i]),
-        "proxprop_tuned_lr": float(result.lrs[pp_i]),
+        "backprop_tuned_lr": float(lrs[bp_i]),
+        "proxprop_tuned_lr": float(lrs[pp_i]),
         f"backprop_train_loss_epoch{early}": float(bp[early]),
         f"proxprop_train_loss_epoch{early}": float(pp[early]),
         "backprop_final_train_loss": float(bp[-1]),
         "proxprop_final_train_loss": float(pp[-1]),
-        "backprop_final_val_accuracy": float(result.backprop.val_accuracy[:, bp_i, -1].mean()),
-        "proxprop_final_val_accuracy": float(result.proxprop.val_accuracy[:, pp_i, -1].mean()),
+        "backprop_final_val_accuracy": float(backprop.val_accuracy[:, bp_i, -1].mean()),
+        "proxprop_final_val_accuracy": float(proxprop.val_accuracy[:, pp_i, -1].mean()),
         "epochs_proxprop_lower": int(ahead.sum()),
-        "epochs": epochs,
-        "backprop_diverged_lrs": result.lrs[bp_div].tolist(),
-        "proxprop_diverged_lrs": result.lrs[pp_div].tolist(),
+        "epochs": len(bp) - 1,
+        "backprop_diverged_lrs": lrs[bp_div].tolist(),
+        "proxprop_diverged_lrs": lrs[pp_div].tolist(),
         "lrs_only_backprop_diverges": rescued.tolist(),
-        "lrs": result.lrs.tolist(),
-        "backprop_final_loss_by_lr": final_losses(result.backprop),
-        "proxprop_final_loss_by_lr": final_losses(result.proxprop),
+        "lrs": lrs.tolist(),
+        "backprop_final_loss_by_lr": final_losses(backprop),
+        "proxprop_final_loss_by_lr": final_losses(proxprop),
         "claim_faster_per_epoch": bool(ahead.all()),
         "claim_stable_where_backprop_diverges": bool(len(rescued) > 0),
-        "backprop_seconds_per_epoch": result.backprop_seconds_per_epoch,
-        "proxprop_seconds_per_epoch": result.proxprop_seconds_per_epoch,
+    }
+
+
+def verdict(result: Comparison, *, early_epoch: int = 5) -> dict[str, Any]:
+    """The claim's numbers, ready for ``record``; see the module docstring. The top-level
+    keys are the headline solver's; ``by_solver`` holds every solver's, each with its
+    seconds per epoch."""
+    by_solver = {
+        solver: against_backprop(result.lrs, result.backprop, curves, early_epoch=early_epoch)
+        | {"proxprop_seconds_per_epoch": result.seconds_per_epoch[solver]}
+        for solver, curves in result.proxprop.items()}
+    return by_solver[result.solver] | {
+        "backprop_seconds_per_epoch": result.seconds_per_epoch["BackProp"],
+        "solvers": list(result.proxprop),
+        "by_solver": by_solver,
     }
 
 
@@ -249,14 +347,14 @@ def describe(metrics: dict[str, Any], setup: Setup, *, early_epoch: int = 5) -> 
     rescued = [round(loss, 4) for lr, loss in zip(m["lrs"], m["proxprop_final_loss_by_lr"],
                                                   strict=True)
                if lr in m["lrs_only_backprop_diverges"]]
-    ratio = m["proxprop_seconds_per_epoch"] / m["backprop_seconds_per_epoch"]
-    return f"""
+    text = f"""
 **Faster per epoch: {holds[m['claim_faster_per_epoch']]}.** At the tuned step sizes (BackProp
-{m['backprop_tuned_lr']:g}, ProxProp {m['proxprop_tuned_lr']:g}, {setup.seeds} seeds) ProxProp's
-mean training loss is lower than BackProp's after {m['epochs_proxprop_lower']} of {m['epochs']}
-epochs: after epoch {e} {m[f'proxprop_train_loss_epoch{e}']:.3g} against
-{m[f'backprop_train_loss_epoch{e}']:.3g}, after the last {m['proxprop_final_train_loss']:.3g}
-against {m['backprop_final_train_loss']:.3g}. Validation accuracy at the end: ProxProp
+{m['backprop_tuned_lr']:g}, ProxProp ({setup.config.solver}) {m['proxprop_tuned_lr']:g},
+{setup.seeds} seeds) ProxProp's mean training loss is lower than BackProp's after
+{m['epochs_proxprop_lower']} of {m['epochs']} epochs: after epoch {e}
+{m[f'proxprop_train_loss_epoch{e}']:.3g} against {m[f'backprop_train_loss_epoch{e}']:.3g},
+after the last {m['proxprop_final_train_loss']:.3g} against
+{m['backprop_final_train_loss']:.3g}. Validation accuracy at the end: ProxProp
 {m['proxprop_final_val_accuracy']:.3f}, BackProp {m['backprop_final_val_accuracy']:.3f}.
 
 **Stable where BackProp diverges: {holds[m['claim_stable_where_backprop_diverges']]}.** BackProp
@@ -265,8 +363,25 @@ only BackProp diverged at {m['lrs_only_backprop_diverges']}, where ProxProp's fi
 losses were {rescued}. Caveat: the ProxProp direction is close to tau x gradient where the
 curvature is small, so its step sizes live on a scale about 1/tau = {1 / setup.config.tau:g}
 times BackProp's; compare the robustness curves with that shift in mind.
-
-**Cost.** One epoch took {m['proxprop_seconds_per_epoch'] * 1e3:.1f} ms with ProxProp
-({setup.config.solver}) and {m['backprop_seconds_per_epoch'] * 1e3:.1f} ms with BackProp
-({ratio:.2f}x); the top-right panel compares the two per second of compute.
+"""
+    for solver in m.get("solvers", [setup.config.solver])[1:]:
+        o = m["by_solver"][solver]
+        text += f"""
+**ProxProp with {solver}**, against the same BackProp runs: tuned step size
+{o['proxprop_tuned_lr']:g}, lower than BackProp after {o['epochs_proxprop_lower']} of
+{o['epochs']} epochs (faster per epoch: {holds[o['claim_faster_per_epoch']]}); final training
+loss {o['proxprop_final_train_loss']:.3g}, validation accuracy
+{o['proxprop_final_val_accuracy']:.3f}; diverged at {o['proxprop_diverged_lrs']}, only BackProp
+at {o['lrs_only_backprop_diverges']} (stable where BackProp diverges:
+{holds[o['claim_stable_where_backprop_diverges']]}).
+"""
+    by_solver = m.get("by_solver", {setup.config.solver: m})
+    costs = ", ".join(
+        f"{o['proxprop_seconds_per_epoch'] * 1e3:.1f} ms with ProxProp ({solver}, "
+        f"{o['proxprop_seconds_per_epoch'] / m['backprop_seconds_per_epoch']:.2f}x)"
+        for solver, o in by_solver.items())
+    return text + f"""
+**Cost.** One epoch took {m['backprop_seconds_per_epoch'] * 1e3:.1f} ms with BackProp,
+{costs} (each the mean over its grid run, compiled); the top-right panel compares them per
+second of compute.
 """

@@ -39,7 +39,10 @@ preconditioner times the gradient, hence a descent direction (the paper's theore
   after each iteration (at most K), all columns stop once the worst column's squared residual
   is below ``tol^2`` times the *mean* initial squared residual,
   ``max_j |r_j|^2 < 1e-4 mean_j |r_j^0|^2``. On a Conv2d layer the reference flattens all
-  parameters into one column, so this is ``cgK`` with that stopping rule and ``eps``;
+  parameters into one column, so this is ``cgK`` with that stopping rule and ``eps``. The
+  ``eps`` is kept as the reference has it, although it is not scale-free: with the mean loss,
+  a column's ``|r_j|^2`` is about 1e-6 on the fashion_mlp layers, so ``eps`` damps both step
+  sizes there (``benchmarks/proxprop.py --sizes errors`` shows the effect);
 - ``"gradient"``: plain backpropagation through the same code, for like-for-like timing.
 """
 

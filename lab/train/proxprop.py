@@ -46,8 +46,8 @@ class ProxPropConfig:
     channels: tuple[int, ...] = (16, 20, 20)
     """Convolution channels of the ConvNet (max-pool after the first two)."""
     solver: str = "exact"
-    """ProxProp solver for hidden layers: 'exact', 'cg3', 'cg5', 'cg10', or 'gradient'
-    (BackProp)."""
+    """ProxProp solver for hidden layers: 'exact', 'cgK' (cg3, cg5, cg10), 'colcgK' (the
+    reference code's column-wise CG: colcg3, colcg10), or 'gradient' (BackProp)."""
     tau: float = 0.05
     """Proximal step size."""
     optimizer: str = "nesterov"
@@ -207,9 +207,11 @@ def make_train(config: ProxPropConfig, x, y, x_val, y_val, *, mesh: Mesh | None 
     return train
 
 
-def train_grid(config: ProxPropConfig, data, lrs, seeds: int, *, mesh: Mesh | None = None
-               ) -> Curves:
-    """Every (seed, lr) pair in one compiled call: arrays of shape (seeds, lrs, epochs+1).
+def timed_grid(config: ProxPropConfig, data, lrs, seeds: int, *, mesh: Mesh | None = None
+               ) -> tuple[Curves, float]:
+    """Every (seed, lr) pair in one compiled call: curves of shape (seeds, lrs, epochs+1), and
+    the wall-clock seconds per epoch of that call once compiled (its time over seeds x lrs x
+    epochs; each run's evaluation before training is counted in).
 
     The pairs run one after another (``lax.map``), not batched with ``vmap``: on the CPU,
     XLA (jaxlib 0.10.2) deadlocks running the exact solver's batched Cholesky inside the
@@ -219,8 +221,17 @@ def train_grid(config: ProxPropConfig, data, lrs, seeds: int, *, mesh: Mesh | No
     keys = jax.random.split(jax.random.key(0), seeds)
     lrs = jnp.asarray(lrs, jnp.float32)
     pairs = (jnp.repeat(keys, len(lrs), axis=0), jnp.tile(lrs, seeds))
-    curves = jax.jit(lambda pairs: jax.lax.map(lambda p: train(*p), pairs))(pairs)
-    return jax.tree.map(lambda c: c.reshape(seeds, len(lrs), -1), curves)
+    run = jax.jit(lambda pairs: jax.lax.map(lambda p: train(*p), pairs)).lower(pairs).compile()
+    start = time.perf_counter()
+    curves = jax.block_until_ready(run(pairs))
+    seconds = (time.perf_counter() - start) / (seeds * len(lrs) * config.epochs)
+    return jax.tree.map(lambda c: c.reshape(seeds, len(lrs), -1), curves), seconds
+
+
+def train_grid(config: ProxPropConfig, data, lrs, seeds: int, *, mesh: Mesh | None = None
+               ) -> Curves:
+    """The curves of :func:`timed_grid`."""
+    return timed_grid(config, data, lrs, seeds, mesh=mesh)[0]
 
 
 def seconds_per_epoch(config: ProxPropConfig, data, lr: float, *, repeats: int = 3,

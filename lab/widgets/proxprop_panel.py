@@ -20,8 +20,8 @@ from lab.train.proxprop import ARCHS, OPTIMIZERS
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel
 
-SOLVERS = ("exact", "cg1", "cg3", "cg5", "cg10")
-"""ProxProp solvers offered (any ``cgK`` works in code)."""
+SOLVERS = ("exact", "cg1", "cg3", "cg5", "cg10", "colcg3", "colcg10")
+"""ProxProp solvers offered (any ``cgK`` or ``colcgK`` works in code)."""
 CONTROLS = (
     Control("arch", str, options=ARCHS),
     Control("solver", str, options=SOLVERS),
@@ -68,8 +68,10 @@ def proxprop_panel(params: dict[str, Any], result: "experiment.Comparison | None
                    ) -> Panel:
     """A panel over the notebook's ``params`` (``configure``'s keyword arguments) that shows
     the notebook's ``result`` (its tuned runs) until a new run is made."""
-    params = experiment.apply_preset(params["preset"], params) | {"preset": "default"}
-    earlier = experiment.tuned_curves(result) if result is not None else {}
+    params = experiment.apply_preset(params["preset"], params) | {"preset": "default",
+                                                                   "more_solvers": []}
+    tuned = experiment.tuned_curves(result) if result is not None else {}
+    earlier = {name: tuned[name] for name in COLORS if name in tuned}  # the headline solver
     controls = Controls(CONTROLS, {c.name: params.get(c.name, 0) for c in CONTROLS})
 
     def setup_of(values):
