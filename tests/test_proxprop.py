@@ -268,3 +268,16 @@ def test_proxprop_colcg_on_a_convolution_is_one_column_with_the_stopping_rule():
     exact = _flat(proximal_step(conv, a, g, gradient, ProxProp(0.5, "cg300")))
     error = np.linalg.norm(long - exact)
     assert 1e-12 < error < 0.5 * 1e-2 * np.linalg.norm(_flat(gradient))
+
+
+def test_proxprop_layer_problems_are_each_hidden_layers_inputs_and_signals():
+    from lab.optim.proxprop import layer_problems
+
+    model, x, y = _network_problem(2)
+    problems = layer_problems(model, x, y, cross_entropy)
+    assert [p[0] for p in problems] == [1, 3]  # the hidden Linear layers, not the last
+    for i, a, g, gradient in problems:
+        assert a.shape == (6, model.layers[i].in_features)
+        np.testing.assert_allclose(gradient.weight, g.T @ a, rtol=1e-10)  # dL/dW = g^T a
+        np.testing.assert_allclose(gradient.bias, g.sum(0), rtol=1e-10)
+    np.testing.assert_allclose(problems[1][1], jax.nn.relu(jax.vmap(model.layers[1])(x)))
