@@ -18,7 +18,10 @@ from lab.experiments.vsml import (
     configure,
     describe,
     gradient_alignment,
+    meta_source,
+    pooled,
     seen_before,
+    transfer_verdict,
     unseen_source,
     verdict,
     weight_trajectory,
@@ -125,7 +128,8 @@ def test_image_tasks_join_when_cached_and_are_downsampled(data_dir, monkeypatch)
     setup = configure(**DEFAULTS | {"image_tasks": ["mnist"]})
     assert setup.tasks == ("iris", "sum_sign", "mnist") and setup.skipped == ()
     source = unseen_source(setup, "mnist")
-    assert source.x.shape == (20, 49) and source.classes == 10
+    # 10 classes, drawn 3 at a time: the Meta-RNN predicts `classes` labels
+    assert source.x.shape == (20, 49) and source.n_classes == 10 and source.classes == 3
 
 
 def test_shipped_theta_must_match_the_meta_training(monkeypatch, tmp_path):
@@ -178,3 +182,101 @@ def test_hidden_vsml_layers_meta_train_and_meta_test_on_other_class_counts():
     np.testing.assert_array_equal(net.cell.w_h, trained.model.cell.w_h)
     accuracy = experiment.online_accuracy(net, source, jax.random.key(0), 2)
     assert accuracy.shape == (4,) and np.all((accuracy >= 0) & (accuracy <= 1))
+
+
+def test_configure_puts_the_preset_over_the_parameters():
+    assert configure(**DEFAULTS | {"preset": "default"}) == configure(**DEFAULTS)
+    setup = configure(**DEFAULTS | {"preset": "mnist"})
+    assert setup.preset == "mnist" and setup.meta_dataset == "mnist_5k"
+    assert setup.tasks == ("mnist_5k", "fashion_mnist") and setup.test_episodes == 64
+    assert setup.seeds == DEFAULTS["seeds"]  # what the preset does not name stays
+    assert configure(**experiment.apply_preset(DEFAULTS | {"preset": "mnist"})) == setup
+    with pytest.raises(ValueError, match=r"^unknown preset 'cifar'; choose one of default, mnist$"):
+        configure(**DEFAULTS | {"preset": "cifar"})
+    with pytest.raises(ValueError, match="unknown meta-training dataset 'mnist'; choose one of "
+                                         "digits, mnist_5k"):
+        configure(**DEFAULTS | {"meta_dataset": "mnist"})
+
+
+def test_an_unknown_preset_is_refused_before_a_kernel_starts():
+    from lab.experiments.params import ParameterError, resolve
+    from tests.conftest import ROOT
+
+    with pytest.raises(ParameterError, match="02_vsml.ipynb: unknown preset 'cifar'; choose one"):
+        resolve(ROOT / "notebooks/02_vsml.ipynb", {"preset": "cifar"})
+    merged, _ = resolve(ROOT / "notebooks/02_vsml.ipynb", {"preset": "mnist"})
+    assert configure(**merged).meta_dataset == "mnist_5k"
+
+
+def test_meta_training_names_its_dataset_only_off_digits():
+    digits = configure(**DEFAULTS)
+    mnist = configure(**DEFAULTS | {"meta_dataset": "mnist_5k"})
+    assert "meta_dataset" not in digits.meta_training()  # digits checkpoints and thetas stay
+    assert mnist.meta_training() == digits.meta_training() | {"meta_dataset": "mnist_5k"}
+    assert (experiment.checkpoint_path(digits, "vsml", 0)
+            != experiment.checkpoint_path(mnist, "vsml", 0))
+
+
+def test_pooled_averages_four_by_four_blocks():
+    x = np.arange(2 * 28 * 28, dtype=np.float32).reshape(2, 28, 28)
+    out = pooled(x)
+    assert out.shape == (2, 7, 7)
+    assert out[0, 0, 0] == 1.5 * 28 + 1.5  # rows 0-3, columns 0-3: mean of 28 r + c
+    assert out[1, 6, 6] == 784 + 25.5 * 28 + 25.5
+    table = np.ones((3, 5))
+    assert pooled(table) is table
+
+
+def test_mnist_is_meta_trained_on_train_and_meta_tested_on_held_out_digits():
+    setup = configure(**DEFAULTS | {"preset": "mnist"})
+    train, held_out = meta_source(setup, setup.steps), unseen_source(setup, "mnist_5k")
+    assert train.x.shape == (4000, 49) and held_out.x.shape == (1000, 49)  # 80/20 split
+    assert train.classes == held_out.classes == 3 and held_out.steps == setup.test_steps
+    xs, ys = held_out.sample(jax.random.key(0))
+    assert xs.shape == (4, 4) and set(np.asarray(ys)) <= {0, 1, 2}
+
+
+def _transfer_curves(vsml_fashion, rnn_fashion):
+    """Held-out MNIST: VS-ML 0.8, Meta-RNN 0.85 (two seeds each), baselines 0.82."""
+    seen = {"vsml": np.full((2, 4), 0.8), "meta_rnn": np.full((2, 4), 0.85)}
+    fashion = {"vsml": np.repeat(np.array(vsml_fashion)[:, None], 4, 1),
+               "meta_rnn": np.repeat(np.array(rnn_fashion)[:, None], 4, 1)}
+    return {"mnist_5k": seen | {b: np.full(4, 0.82) for b in BASELINES},
+            "fashion_mnist": fashion | {b: np.full(4, 0.7) for b in BASELINES}}
+
+
+def test_transfer_verdict_checks_each_claim_against_its_threshold():
+    chances = {"mnist_5k": 1 / 3, "fashion_mnist": 1 / 3}
+    # VS-ML mean 0.45 >= 1/3 + 0.1 (one seed of two); Meta-RNN 0.5: below 0.85 and above 0.45
+    v = transfer_verdict(_transfer_curves([0.5, 0.4], [0.6, 0.4]), chances, "mnist_5k")
+    assert v["claim_vsml_transfers"] and v["seeds_vsml_transfers_to_fashion_mnist"] == 1
+    assert v["claim_meta_rnn_worse_on_unseen"] and v["seeds_meta_rnn_worse_on_fashion_mnist"] == 2
+    assert not v["claim_meta_rnn_worse_than_vsml_on_unseen"]
+    np.testing.assert_allclose([v["drop_fashion_mnist_vsml"], v["drop_fashion_mnist_meta_rnn"],
+                                v["drop_fashion_mnist_best_baseline"]], [0.35, 0.35, 0.12])
+    # VS-ML 0.42 < 0.433: no transfer; Meta-RNN 0.9 on one seed, mean 0.6 < 0.85 still
+    v = transfer_verdict(_transfer_curves([0.42, 0.42], [0.9, 0.3]), chances, "mnist_5k")
+    assert not v["claim_vsml_transfers"] and v["seeds_meta_rnn_worse_on_fashion_mnist"] == 1
+    assert v["claim_meta_rnn_worse_on_unseen"] and not v["claim_meta_rnn_worse_than_vsml_on_unseen"]
+    v = transfer_verdict(_transfer_curves([0.7, 0.7], [0.3, 0.3]), chances, "mnist_5k")
+    assert v["claim_meta_rnn_worse_than_vsml_on_unseen"]
+    assert v["transfer_unseen"] == ["fashion_mnist"]
+    # without held-out examples of the meta-training dataset there is nothing to judge
+    assert transfer_verdict(_transfer_curves([0.7, 0.7], [0.3, 0.3]), chances, "digits") == {}
+
+
+def test_verdict_leaves_the_meta_training_dataset_out_of_the_unseen_claims():
+    curves = _transfer_curves([0.7, 0.7], [0.3, 0.3])
+    chances = {"mnist_5k": 1 / 3, "fashion_mnist": 1 / 3}
+    setup = configure(**DEFAULTS | {"preset": "mnist", "seeds": 2})
+    v = verdict(curves, chances, seen=("mnist_5k",))
+    v |= transfer_verdict(curves, chances, "mnist_5k")
+    assert v["tasks_vsml_beats_meta_rnn"] == ["fashion_mnist"]  # not held-out mnist_5k
+    np.testing.assert_allclose(v["mean_meta_rnn_accuracy"], 0.3)
+    text = " ".join(describe(v, setup).split())
+    assert "| mnist_5k (held-out test split) | 0.33 | 0.800 ± 0.000 |" in text
+    assert ("- **fashion_mnist**: VS-ML 0.700 (seeds 0.700, 0.700; 2 of 2 at least chance + 0.1), "
+            "Meta-RNN 0.300 (seeds 0.300, 0.300; 2 of 2 below its held-out mnist_5k). Drop from "
+            "held-out mnist_5k (negative: higher on fashion_mnist): VS-ML +0.100, Meta-RNN "
+            "+0.550, best tuned SGD/Adam +0.120.") in text
+    assert "(c) It does worse than VS-ML there: holds." in text

@@ -165,3 +165,15 @@ def test_vsml_panel_shows_the_notebooks_learner_and_renders_headless(ran):
     assert panel.result.trained is ran.result.trained and panel.data["earlier"]
     assert isinstance(panel.show(headless=True), Image)
     assert panel.show(headless=False) is panel.widget
+
+
+def test_vsml_panel_watches_the_meta_test_tasks_and_the_meta_training_dataset():
+    assert vp.watchable(experiment.configure(**PARAMS)) == ("iris", "sum_sign", "digits")
+    # the mnist preset meta-tests held-out mnist_5k: watched once, on its test split
+    mnist = experiment.configure(**PARAMS | {"preset": "mnist"})
+    assert vp.watchable(mnist) == ("mnist_5k", "fashion_mnist")
+    assert vp.watched_source(mnist, "mnist_5k").x.shape == (1000, 49)
+    digits = vp.watched_source(experiment.configure(**PARAMS), "digits")
+    assert digits.steps == PARAMS["test_steps"] and digits.classes == PARAMS["classes"]
+    panel = vp.vsml_panel(PARAMS | {"preset": "mnist"})  # its tasks are the preset's
+    assert panel.controls.widgets["task"].options == ("mnist_5k", "fashion_mnist")

@@ -64,11 +64,17 @@ def chunk(setup: experiment.Setup, learner: str) -> int:
 
 
 def watched_source(setup: experiment.Setup, task: str):
-    """Meta-test episodes of ``task``: an unseen task, or ``digits`` (the meta-training
-    distribution) at the meta-test length."""
-    if task == "digits":
-        return experiment.digits_source(setup, setup.test_steps)
+    """Meta-test episodes of ``task``: a meta-test task (the meta-training dataset's held-out
+    split when it is one), or else the meta-training dataset (``digits`` by default, the
+    meta-training distribution) at the meta-test length."""
+    if task not in setup.tasks and task == setup.meta_dataset:
+        return experiment.meta_source(setup, setup.test_steps)
     return experiment.unseen_source(setup, task)
+
+
+def watchable(setup: experiment.Setup) -> tuple[str, ...]:
+    """The tasks the panel can watch: the meta-test tasks and the meta-training dataset."""
+    return tuple(dict.fromkeys((*setup.tasks, setup.meta_dataset)))
 
 
 def stream_accuracy(model, source, episodes: int) -> np.ndarray:
@@ -88,7 +94,8 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     loss_ax.plot(x, data["losses"], color="C3", label=data["label"])
     loss_ax.axhline(np.log(data["classes"]), color="k", linestyle=":", label="chance")
     loss_ax.set(xlim=(0, data["iterations"]), xlabel="meta-iteration",
-                ylabel="online cross-entropy (digits)", title="Meta-training")
+                ylabel=f"online cross-entropy ({data.get('meta_dataset', 'digits')})",
+                title="Meta-training")
     accuracies = data["accuracies"]
     if accuracies is not None and np.isfinite(accuracies).any():  # not measured by ES
         twin = loss_ax.twinx()
@@ -107,8 +114,9 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
 def vsml_panel(params: dict[str, Any], trained: dict[str, list] | None = None) -> Panel:
     """A panel over the notebook's ``params`` (``configure``'s keyword arguments), showing
     the notebook's ``trained`` learners (``{learner: [Trained per seed]}``) until a run."""
+    params = experiment.apply_preset(params)  # its preset sets none of the controls
     setup0 = experiment.configure(**params)
-    tasks = (*setup0.tasks, "digits")
+    tasks = watchable(setup0)
     task0 = next((t for t in setup0.tasks if t not in experiment.CONTROLS), tasks[0])
     learner_lr = {"vsml": ("lr", "tasks_per_batch"),
                   "meta_rnn": ("meta_rnn_lr", "meta_rnn_tasks_per_batch")}
@@ -131,15 +139,16 @@ def vsml_panel(params: dict[str, Any], trained: dict[str, list] | None = None) -
         values[lr], values[tasks_per_batch] = values.pop("lr"), values.pop("tasks_per_batch")
         setup = experiment.configure(**(params | values | {"theta": "train", "seeds": 1,
                                                              "checkpoint": False}))
-        if task not in (*setup.tasks, "digits"):
+        if task not in watchable(setup):
             raise ValueError(f"task {task!r} is not meta-tested here; choose one of "
-                             f"{', '.join((*setup.tasks, 'digits'))}")
+                             f"{', '.join(watchable(setup))}")
         return setup, learner, task, seed
 
     def data_of(setup, learner, task, label, losses, accuracies, model, iterations):
         source = watched_source(setup, task)
         return {"learner": learner, "label": label, "losses": losses, "accuracies": accuracies,
                 "iterations": iterations, "classes": setup.classes,
+                "meta_dataset": setup.meta_dataset,
                 "earlier": [r.losses for r in trained.get(learner, [])], "task": task,
                 "accuracy": stream_accuracy(model, source, setup.test_episodes),
                 "chance": 1 / source.classes}
