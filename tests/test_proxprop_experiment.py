@@ -221,6 +221,11 @@ def test_describe_states_each_verdict_with_its_numbers():
             "than BackProp after 1 of 2 epochs (faster per epoch: does not hold)") in text
     assert metrics["by_solver"]["cg3"]["proxprop_final_train_loss"] == 0.8
     assert metrics["proxprop_final_train_loss"] == 0.2 and metrics["solvers"] == ["exact", "cg3"]
+    assert metrics["seconds_per_epoch_by_solver"] == {"exact": 2.0, "cg3": 1.5}
+    assert metrics["proxprop_seconds_per_epoch"] == 2.0
+    # runs compare without the top-level keys that name seconds: none hides deeper down
+    untimed = {k: v for k, v in metrics.items() if "seconds" not in k}
+    assert "seconds" not in json.dumps(untimed)
 
 
 def test_side_by_side_is_make_train_one_epoch_at_a_time_and_stops_on_request():
