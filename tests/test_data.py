@@ -166,6 +166,9 @@ needs_fashion = pytest.mark.skipif(
     reason=f"{FASHION} is missing: apt-get install dataset-fashion-mnist (scripts/system_deps.sh)")
 
 
+_IDX_FILES_TEST = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+
+
 def _refuse_downloads(monkeypatch):
     """Every remote points at a port where nothing listens: a download would fail."""
     for name, remotes in ds.IDX_REMOTES.items():
@@ -211,6 +214,18 @@ def test_a_corrupted_system_copy_is_one_line_error_naming_the_file(tmp_path, mon
     assert str(labels) in message and "\n" not in message and "official data" in message
     assert not data_dir.exists()  # nothing was downloaded or cached in its place
     assert load("fashion_mnist", "train")[0].shape == (60_000, 28, 28)  # the intact split
+
+
+@needs_fashion
+def test_a_copy_of_the_system_files_in_the_cache_is_accepted_by_its_contents(monkeypatch,
+                                                                            data_dir):
+    _refuse_downloads(monkeypatch)
+    monkeypatch.setitem(ds.SYSTEM_COPIES, "fashion_mnist",
+                        (data_dir / "nowhere", ds.SYSTEM_COPIES["fashion_mnist"][1]))
+    (data_dir / "fashion_mnist").mkdir(parents=True)
+    for filename in _IDX_FILES_TEST:  # Debian's recompressed gzips: not the download's bytes
+        (data_dir / "fashion_mnist" / filename).write_bytes((FASHION / filename).read_bytes())
+    assert np.bincount(load("fashion_mnist", "test")[1]).tolist() == [1000] * 10
 
 
 def test_the_cache_comes_before_the_system_copy(tmp_path, monkeypatch, data_dir):

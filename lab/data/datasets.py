@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab.data.download import DataError, Remote, data_dir, fetch
+from lab.data.download import DataError, Remote, data_dir, fetch, sha256
 
 SPLITS = ("train", "test")
 _TEST_FRACTION = 0.2
@@ -89,7 +89,7 @@ def _read_idx(path: Path, content_sha256: str | None = None) -> np.ndarray:
     if content_sha256 is not None and hashlib.sha256(raw).hexdigest() != content_sha256:
         raise DataError(f"{path} does not hold the official data (sha256 of its contents is "
                         f"not {content_sha256[:12]}...); reinstall the package that put it "
-                        "there or remove it to download the official file")
+                        "there, or delete it and load again")
     zero, dtype_code, ndim = raw[0] * 256 + raw[1], raw[2], raw[3]
     if zero != 0 or dtype_code != 0x08:
         raise DataError(f"{path} is not an IDX file of uint8; delete it and load again")
@@ -167,10 +167,16 @@ def _system_copy(name: str, filename: str) -> tuple[Path, str] | None:
 
 
 def _idx_file(name: str, filename: str) -> np.ndarray:
-    """One IDX file of ``name``: from the cache, else the system copy, else downloaded."""
+    """One IDX file of ``name``: from the cache, else the system copy, else downloaded.
+    A cached file is the official download or, where the contents' sha256 is known, any
+    gzip of the official contents (a copy of the system package's file, say)."""
     folder = data_dir() / name
+    cached = folder / filename
+    if cached.exists() and name in SYSTEM_COPIES:
+        if sha256(cached) != IDX_REMOTES[name][filename].sha256:
+            return _read_idx(cached, SYSTEM_COPIES[name][1][filename])
     system = _system_copy(name, filename)
-    if system is not None and not (folder / filename).exists():
+    if system is not None and not cached.exists():
         return _read_idx(*system)
     return _read_idx(fetch(IDX_REMOTES[name][filename], folder))
 
