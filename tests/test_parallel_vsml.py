@@ -52,8 +52,8 @@ for config in (es, gradient):
 
 def per_device_program(config):  # the partitioned HLO that ran above, from the jit cache
     chunk = vsml.MetaConfig(**{**config.__dict__, "iterations": 1})
-    opt_state = vsml._optimizer(chunk).init(eqx.filter(net, eqx.is_array))
-    return vsml._iterations.lower(chunk, source, net, opt_state, key, jnp.asarray(0), 3,
+    opt_state = vsml.meta_optimizer(chunk).init(eqx.filter(net, eqx.is_array))
+    return vsml.meta_iterations.lower(chunk, source, net, opt_state, key, jnp.asarray(0), 3,
                                   mesh).compile().compiled.as_text()
 
 

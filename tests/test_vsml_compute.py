@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lab.experiments import vsml_compute
-from lab.experiments.vsml_compute import Study, gap, pooled, train_to_budgets, xla_flops
+from lab.experiments.vsml_compute import Study, gap, train_to_budgets, xla_flops
 from lab.train.vsml import MetaConfig, make_meta_train
 
 TINY = {"inputs": 4, "classes": 2, "steps": 3, "tasks": 1, "seeds": 2, "test_episodes": 4}
@@ -83,15 +83,6 @@ def test_gap_against_the_best_baseline():
     assert out["verdict"] == "mixed"
     assert gap([0.86, 0.9], baselines)["verdict"] == "ahead"
     assert gap([0.84, 0.7], baselines)["verdict"] == "behind"
-
-
-def test_pooled_averages_4x4_blocks():
-    x = np.arange(2 * 28 * 28, dtype=np.float32).reshape(2, 28, 28)
-    out = pooled(x)
-    assert out.shape == (2, 7, 7)
-    assert out[1, 2, 3] == pytest.approx(x[1, 8:12, 12:16].mean())
-    flat = np.ones((3, 64))
-    assert pooled(flat) is flat
 
 
 def test_study_validates_budgets_and_dataset():

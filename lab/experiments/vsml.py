@@ -428,25 +428,33 @@ def gradient_alignment(weights: np.ndarray, sgd: np.ndarray) -> tuple[float, flo
 def tune_baselines(setup: Setup) -> dict[str, float]:
     """Each baseline's step size: the lowest mean online loss on tasks of ``test_steps``
     examples of the meta-training dataset (the meta-training distribution)."""
-    source = meta_source(setup, setup.test_steps)
+    return tune_step_sizes(meta_source(setup, setup.test_steps), setup.test_episodes,
+                           jax.random.key(7))
+
+
+def tune_step_sizes(source: TaskSource, episodes: int, key: jax.Array) -> dict[str, float]:
+    """Each of :data:`BASELINES`' step size from :data:`BASELINE_LRS`: the lowest mean online
+    loss over ``episodes`` tasks of ``source`` (a diverging one counts as infinite)."""
     tuned = {}
     for name, (optimizer, hidden) in BASELINES.items():
-        learner = make_online_learner(setup.inputs, setup.classes, hidden, optimizer)
-
-        @eqx.filter_jit
-        def losses(source, key, learner=learner):
-            def one(lr, key):
-                k_task, k_init = jax.random.split(key)
-                xs, ys = source.sample(k_task)
-                return online_loss(learner(xs, ys, k_init, lr), ys)[0]
-
-            keys = jax.random.split(key, setup.test_episodes)
-            return jax.vmap(lambda lr: jax.vmap(lambda k: one(lr, k))(keys).mean())(
-                jnp.asarray(BASELINE_LRS))
-
-        values = np.nan_to_num(np.asarray(losses(source, jax.random.key(7))), nan=np.inf)
+        learner = make_online_learner(source.inputs, source.classes, hidden, optimizer)
+        values = np.nan_to_num(np.asarray(_tuning_losses(learner, source, key, episodes)),
+                               nan=np.inf)
         tuned[name] = BASELINE_LRS[int(np.argmin(values))]
     return tuned
+
+
+@eqx.filter_jit
+def _tuning_losses(learner, source: TaskSource, key: jax.Array, episodes: int) -> jax.Array:
+    """Mean online loss over ``episodes`` tasks at every step size of the grid."""
+    def one(lr, key):
+        k_task, k_init = jax.random.split(key)
+        xs, ys = source.sample(k_task)
+        return online_loss(learner(xs, ys, k_init, lr), ys)[0]
+
+    keys = jax.random.split(key, episodes)
+    return jax.vmap(lambda lr: jax.vmap(lambda k: one(lr, k))(keys).mean())(
+        jnp.asarray(BASELINE_LRS))
 
 
 def verdict(curves: dict[str, dict[str, np.ndarray]], chances: dict[str, float],

@@ -9,7 +9,7 @@ online SGD and Adam (linear and one hidden layer of 32) whose step sizes are tun
 the train split, as :func:`lab.experiments.vsml.tune_baselines` tunes them on digits. The gap
 is VS-ML minus the best tuned baseline, per meta-training seed, on the same episodes.
 
-Seeds are meta-trained together: one program vmaps :func:`lab.train.vsml._iterations` (the
+Seeds are meta-trained together: one program vmaps :func:`lab.train.vsml.meta_iterations` (the
 meta-iterations of :func:`lab.train.vsml.make_meta_train`, so seed ``s`` follows the same
 trajectory as ``lab.experiments.vsml.meta_train`` for seed ``s``) over the seeds.
 
@@ -36,11 +36,11 @@ import numpy as np
 from jax.extend import core as jcore
 
 from lab.data import TaskSource, load
-from lab.experiments.vsml import BASELINE_LRS, BASELINES, online_accuracy
-from lab.models.vsml import VSMLNetwork, online_loss
+from lab.experiments.vsml import BASELINES, online_accuracy, pooled, tune_step_sizes
+from lab.models.vsml import VSMLNetwork
 from lab.train import checkpoint
 from lab.train.online import make_online_learner
-from lab.train.vsml import MetaConfig, _iterations, _optimizer
+from lab.train.vsml import MetaConfig, meta_iterations, meta_optimizer
 
 DATASETS = ("digits", "mnist_5k")
 TUNE_KEY, TEST_KEY = 7, 11  # the tuning episodes (as tune_baselines) and the held-out ones
@@ -111,14 +111,6 @@ class Study:
                 "classes": self.classes, "steps": self.steps}
 
 
-def pooled(x: np.ndarray) -> np.ndarray:
-    """Images (n, 28, 28) -> (n, 7, 7) by averaging 4x4 blocks; other arrays as they are."""
-    if x.ndim != 3:
-        return x
-    n, height, width = x.shape
-    return x.reshape(n, height // 4, 4, width // 4, 4).mean((2, 4))
-
-
 class Sources(NamedTuple):
     train: TaskSource  # meta-training: train split, ``steps`` per episode
     tune: TaskSource  # tuning the baselines: train split, ``test_steps``
@@ -184,11 +176,11 @@ def xla_flops(fn, *args) -> float:
 
 
 def _one_iteration_flops(config: MetaConfig, source: TaskSource, learner) -> float:
-    opt_state = _optimizer(config).init(eqx.filter(learner, eqx.is_array))
+    opt_state = meta_optimizer(config).init(eqx.filter(learner, eqx.is_array))
     params, static = eqx.partition(learner, eqx.is_array)
 
     def iteration(params, opt_state, source, key):
-        return _iterations(config, source, eqx.combine(params, static), opt_state, key,
+        return meta_iterations(config, source, eqx.combine(params, static), opt_state, key,
                            jnp.asarray(0), 1, None)
 
     return xla_flops(iteration, params, opt_state, source, jax.random.key(0))
@@ -226,13 +218,13 @@ def initial(study: Study):
         learners.append(VSMLNetwork((study.inputs, study.classes), key=init_key))
         keys.append(train_key)
     learners = jax.tree.map(lambda *x: jnp.stack(x), *learners)
-    opt_states = jax.vmap(_optimizer(study.meta).init)(eqx.filter(learners, eqx.is_array))
+    opt_states = jax.vmap(meta_optimizer(study.meta).init)(eqx.filter(learners, eqx.is_array))
     return learners, opt_states, jnp.stack(keys)
 
 
 def _chunk(config: MetaConfig, count: int, source, learners, opt_states, keys, first):
     def one(learner, opt_state, key):
-        return _iterations(config, source, learner, opt_state, key, first, count, None)
+        return meta_iterations(config, source, learner, opt_state, key, first, count, None)
 
     return jax.vmap(one)(learners, opt_states, keys)
 
@@ -312,26 +304,8 @@ def train_to_budgets(study: Study, source: TaskSource, directory: str | Path, lo
 
 def tune(source: TaskSource, episodes: int) -> dict[str, float]:
     """Each baseline's step size: the lowest mean online loss on ``episodes`` tasks of
-    ``source`` (as :func:`lab.experiments.vsml.tune_baselines` on digits)."""
-    tuned = {}
-    for name, (optimizer, hidden) in BASELINES.items():
-        learner = make_online_learner(source.inputs, source.classes, hidden, optimizer)
-        values = np.nan_to_num(np.asarray(_tuning_losses(learner, source, jax.random.key(
-            TUNE_KEY), episodes)), nan=np.inf)
-        tuned[name] = BASELINE_LRS[int(np.argmin(values))]
-    return tuned
-
-
-@eqx.filter_jit
-def _tuning_losses(learner, source: TaskSource, key: jax.Array, episodes: int):
-    def one(lr, key):
-        k_task, k_init = jax.random.split(key)
-        xs, ys = source.sample(k_task)
-        return online_loss(learner(xs, ys, k_init, lr), ys)[0]
-
-    keys = jax.random.split(key, episodes)
-    return jax.vmap(lambda lr: jax.vmap(lambda k: one(lr, k))(keys).mean())(
-        jnp.asarray(BASELINE_LRS))
+    ``source`` (:func:`lab.experiments.vsml.tune_step_sizes`)."""
+    return tune_step_sizes(source, episodes, jax.random.key(TUNE_KEY))
 
 
 def baseline_accuracy(source: TaskSource, lrs: dict[str, float], episodes: int) -> dict[str, float]:

@@ -105,19 +105,19 @@ def es_gradient(loss_fn, params, key: jax.Array, population: int, sigma: float,
     return unravel(grad), losses.mean()
 
 
-def _optimizer(config: MetaConfig) -> optax.GradientTransformation:
+def meta_optimizer(config: MetaConfig) -> optax.GradientTransformation:
     if config.method == "gradient":
         return optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(config.lr))
     return optax.adam(config.lr)
 
 
 @eqx.filter_jit
-def _iterations(config: MetaConfig, source: TaskSource, learner, opt_state, key: jax.Array,
+def meta_iterations(config: MetaConfig, source: TaskSource, learner, opt_state, key: jax.Array,
                 first: jax.Array, count: int, mesh: Mesh | None):
     """Meta-iterations ``first .. first + count - 1`` in one ``lax.scan``. At module level,
     with the configuration and the mesh static and the data traced, so that every call of
     the same configuration, mesh and shapes (seeds, reruns, chunks) shares one compilation."""
-    optimizer = _optimizer(config)
+    optimizer = meta_optimizer(config)
     params, static = eqx.partition(learner, eqx.is_array)
     # the batch of tasks is split over the devices only where it is not inside the population
     tasks_mesh = mesh if config.method == "gradient" else None
@@ -173,7 +173,7 @@ def make_meta_train(config: MetaConfig, source: TaskSource, mesh: Mesh | None = 
         split = {"population": config.population} if config.method == "es" else {
             "tasks": config.tasks}
         parallel.check_devices(mesh.devices.size, mesh.shape["model"], **split)
-    optimizer = _optimizer(config)
+    optimizer = meta_optimizer(config)
     # the chunk does not depend on the run's length: runs of any length share a compilation
     chunk_config = replace(config, iterations=1)
 
@@ -193,7 +193,7 @@ def make_meta_train(config: MetaConfig, source: TaskSource, mesh: Mesh | None = 
             history, done = np.array(history), info["done"]
         while done < config.iterations:
             count = min(every, config.iterations - done)
-            learner, opt_state, (losses, accuracies) = _iterations(
+            learner, opt_state, (losses, accuracies) = meta_iterations(
                 chunk_config, source, learner, opt_state, key, jnp.asarray(done), count, mesh)
             history[:, done:done + count] = np.asarray(losses), np.asarray(accuracies)
             done += count
