@@ -188,11 +188,6 @@ PARAMETERS = tuple(inspect.signature(configure).parameters)
 """The notebook's parameters, all of which :func:`configure` takes."""
 
 
-def digits_source(setup: Setup, steps: int) -> TaskSource:
-    x, y = load("digits", "train")
-    return TaskSource(x, y, inputs=setup.inputs, classes=setup.classes, steps=steps)
-
-
 def pooled(x: np.ndarray) -> np.ndarray:
     """Images (n, 28, 28) downsampled to (n, 7, 7) by averaging 4x4 blocks; tables as
     they are."""
