@@ -15,11 +15,20 @@ $(SETUP): pyproject.toml scripts/system_deps.sh
 	$(PY) -m ipykernel install --sys-prefix --name lab --display-name "Python (lab)"
 	touch $@
 
-setup: $(SETUP)
+# JupyterLab's settings defaults for this environment (jupyter/overrides.json): no "get
+# notified about official Jupyter news?" pop-up, no update checks (no internet here).
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 
-## Run every notebook in notebooks/ with its default parameters into reports/.
+$(LAB_SETTINGS): jupyter/overrides.json $(SETUP)
+	mkdir -p $(dir $@)
+	cp jupyter/overrides.json $@
+
+setup: $(SETUP) $(LAB_SETTINGS)
+
+## Run every notebook in notebooks/ with its default parameters into reports/; a notebook
+## whose inputs are unchanged since its last ok run is reused. `make reports FORCE=1` runs all.
 reports: $(SETUP)
-	$(PY) -m lab run --all --out reports
+	$(PY) -m lab run --all --out reports $(if $(FORCE),--force)
 
 ## A small HyperTrick sweep end to end on this machine (sweeps/mpo_pendulum.yaml, 2 workers):
 ## trials under reports/sweeps/<name>/runs, the sweep's page at reports/sweeps/<name>.html.
@@ -28,7 +37,7 @@ sweep-demo: $(SETUP)
 	$(PY) -m lab sweep run sweeps/mpo_pendulum.yaml --out reports
 
 ## The whole test suite, in parallel; notebooks run with smoke parameters.
-test: $(SETUP)
+test: $(SETUP) $(LAB_SETTINGS)
 	$(VENV)/bin/ruff check lab tests benchmarks
 	$(PY) -m pytest -n auto --dist worksteal --durations=20
 
@@ -37,11 +46,11 @@ test-fast: $(SETUP)
 	$(PY) -m pytest -n auto -m "not slow"
 
 ## JupyterLab on 127.0.0.1 with the project's kernel ("Python (lab)").
-lab: $(SETUP)
+lab: $(SETUP) $(LAB_SETTINGS)
 	$(VENV)/bin/jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir .
 
 lint: $(SETUP)
 	$(VENV)/bin/ruff check lab tests benchmarks
 
 clean-reports:
-	rm -rf reports/runs reports/*.html reports/sweeps
+	rm -rf reports/runs reports/*.html reports/sweeps reports/reused.json

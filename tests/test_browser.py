@@ -1,4 +1,6 @@
-"""End to end in a real browser: JupyterLab on 127.0.0.1, a model notebook, its live panel.
+"""End to end in a real browser: JupyterLab on 127.0.0.1, a model notebook, its live panel;
+and the claims dashboard and run index as a reader opens them (screenshots ``claims.png``
+and ``index.png`` beside ``panel.png``).
 
 Starts JupyterLab (token-less, a temporary root) with the project's kernel, opens
 ``04_policy_improvement`` with small parameters in headless Chromium driven by Playwright, runs
@@ -9,11 +11,13 @@ wait is on a condition in the page, never on a clock. Needs Debian's ``chromium`
 (``scripts/system_deps.sh`` installs it) and the ``playwright`` package (no downloaded
 browsers); skips, saying what to install, without them."""
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -37,6 +41,33 @@ KERNEL_IDLE = """() => {
                    && widget.sessionContext.session.kernel;
     return !!kernel && kernel.status === "idle";
 }"""
+
+
+@contextmanager
+def browser_page(height: int, errors: list[str]):
+    """A page of headless Chromium, every console error and page error appended to
+    ``errors``; skips, saying what to install, without Chromium or Playwright."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("no Chromium: apt-get install chromium (scripts/system_deps.sh does)")
+    pytest.importorskip("playwright", reason="pip install playwright (the dev extra)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": height})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
+def artifacts_dir(tmp_path: Path) -> Path:
+    """Where screenshots go: ``$LAB_ARTIFACTS`` or the test's temporary folder."""
+    folder = Path(os.environ.get("LAB_ARTIFACTS", tmp_path))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _free_port() -> int:
@@ -91,50 +122,88 @@ def jupyterlab(tmp_path):
 
 @pytest.mark.slow
 def test_panel_trains_live_in_jupyterlab(jupyterlab, tmp_path):
-    from playwright.sync_api import sync_playwright
-
     url, _ = jupyterlab
-    artifacts = Path(os.environ.get("LAB_ARTIFACTS", tmp_path))
-    artifacts.mkdir(parents=True, exist_ok=True)
-    errors = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        try:
-            page.goto(f"{url}/lab/tree/04.ipynb", timeout=MS)
-            page.wait_for_function(KERNEL_IDLE, timeout=MS, polling=200)
-            # Run All's promise settles only when every cell has run: start it, don't await it
-            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells');"
-                          " }")
-            run = page.locator("button.widget-button", has_text="Run")
-            run.wait_for(timeout=2 * MS)
-            image = page.locator(".jp-OutputArea-output", has_text="Policy improvement: MPO"
-                                 ).locator("img.widget-image").first
-            image.wait_for(timeout=MS)
-            sources = {image.get_attribute("src")}
-            bar = page.locator(".widget-hprogress .progress-bar").first
-            run.click()
+    artifacts, errors = artifacts_dir(tmp_path), []
+    with browser_page(1000, errors) as page:
+        page.goto(f"{url}/lab/tree/04.ipynb", timeout=MS)
+        page.wait_for_function(KERNEL_IDLE, timeout=MS, polling=200)
+        # Run All's promise settles only when every cell has run: start it, don't await it
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells');"
+                      " }")
+        run = page.locator("button.widget-button", has_text="Run")
+        run.wait_for(timeout=2 * MS)
+        image = page.locator(".jp-OutputArea-output", has_text="Policy improvement: MPO"
+                             ).locator("img.widget-image").first
+        image.wait_for(timeout=MS)
+        sources = {image.get_attribute("src")}
+        bar = page.locator(".widget-hprogress .progress-bar").first
+        run.click()
 
-            def redrawn():
-                sources.add(image.get_attribute("src"))
-                return len(sources) >= 3
+        def redrawn():
+            sources.add(image.get_attribute("src"))
+            return len(sources) >= 3
 
-            wait_for(redrawn, "the live figure to be redrawn twice after Run", poll=0.1)
-            width = bar.evaluate("e => parseFloat(e.style.width || '0')")
-            page.locator("button.widget-button", has_text="Stop").click()
-            page.wait_for_function(
-                "[...document.querySelectorAll('.widget-html')].some("
-                "e => /stopped|done/.test(e.textContent))", timeout=MS)
-            no_news = page.get_by_role("button", name="No", exact=True)
-            if no_news.count():  # JupyterLab's "get notified about news?" toast
-                no_news.first.click()
-            panel = page.locator(".jp-OutputArea-output", has_text="Policy improvement: MPO")
-            panel.scroll_into_view_if_needed()
-            panel.screenshot(path=str(artifacts / "panel.png"))
-        finally:
-            browser.close()
+        wait_for(redrawn, "the live figure to be redrawn twice after Run", poll=0.1)
+        width = bar.evaluate("e => parseFloat(e.style.width || '0')")
+        page.locator("button.widget-button", has_text="Stop").click()
+        page.wait_for_function(
+            "[...document.querySelectorAll('.widget-html')].some("
+            "e => /stopped|done/.test(e.textContent))", timeout=MS)
+        # jupyter/overrides.json (make setup installs it): no "get notified about
+        # official Jupyter news?" toast, which by now would have shown
+        assert page.get_by_text("official Jupyter news").count() == 0
+        panel = page.locator(".jp-OutputArea-output", has_text="Policy improvement: MPO")
+        panel.scroll_into_view_if_needed()
+        panel.screenshot(path=str(artifacts / "panel.png"))
     assert 0 < width, "the progress bar did not move"
     assert not errors, errors
     assert (artifacts / "panel.png").stat().st_size > 10_000
+
+
+def test_jupyterlab_does_not_ask_about_news(jupyterlab):
+    """The project's JupyterLab settings (jupyter/overrides.json, installed into the
+    environment by make setup) answer the news question: never fetch, never ask."""
+    url, _ = jupyterlab
+    name = "@jupyterlab/apputils-extension:notification"
+    with urllib.request.urlopen(f"{url}/lab/api/settings/{name}", timeout=WAIT) as answer:
+        schema = json.load(answer)["schema"]["properties"]
+    assert schema["fetchNews"]["default"] == "false"
+    assert schema["checkForUpdates"]["default"] is False
+
+
+@pytest.mark.slow
+def test_claims_dashboard_and_index_in_a_browser(tmp_path):
+    """The claims dashboard and the index, built from metrics.json files, as a reader sees
+    them: verdict badges drawn, the index's filters working; screenshots saved."""
+    from lab.experiments import build_index
+    from tests.test_reports import claim_metrics, write_run
+
+    out = tmp_path / "reports"
+    write_run(out, "01-default", "01_proxprop.ipynb", "2026-11-21T10:00:00+00:00",
+              claim_metrics("does not hold"))
+    write_run(out, "01-claim", "01_proxprop.ipynb", "2026-11-22T10:00:00+00:00",
+              claim_metrics("holds", preset_note=", claim preset"),
+              parameters={"preset": "claim"}, overrides={"preset": "claim"})
+    write_run(out, "00-failed", "00_quickstart.ipynb", "2026-11-23T10:00:00+00:00", {},
+              status="failed")
+    build_index(out)
+    artifacts, errors = artifacts_dir(tmp_path), []
+    with browser_page(700, errors) as page:
+        page.goto((out / "claims.html").as_uri(), timeout=MS)
+        badges = page.locator("#claims .verdict")
+        assert badges.count() == 4
+        assert badges.first.is_visible()
+        assert page.locator("#claims .v-holds").count() == 1
+        page.screenshot(path=str(artifacts / "claims.png"), full_page=True)
+        page.goto((out / "index.html").as_uri(), timeout=MS)
+        count = page.locator("#f-count")
+        assert count.text_content() == "3 of 3 runs shown"
+        page.select_option("#f-notebook", "01_proxprop.ipynb")
+        assert count.text_content() == "2 of 3 runs shown"
+        page.select_option("#f-status", "failed")
+        assert count.text_content() == "0 of 3 runs shown"
+        page.select_option("#f-notebook", "")
+        assert count.text_content() == "1 of 3 runs shown"
+        page.screenshot(path=str(artifacts / "index.png"), full_page=True)
+    assert not errors, errors
+    assert (artifacts / "claims.png").stat().st_size > 10_000

@@ -10,6 +10,7 @@ import nbformat
 import pytest
 
 from lab.experiments import notebook_parameters, run_notebook
+from lab.experiments.claims import VERDICTS
 from lab.experiments.records import RUN_DIR_ENV, read_metrics
 from tests.conftest import ROOT
 from tests.smoke import SMOKE
@@ -33,8 +34,18 @@ HEADLINE = {
 }
 
 
+# Claims each notebook declares (lab.experiments.claims) at its smoke parameters: 04's smoke
+# run trains one variant, too few for any of its claims.
+CLAIMS = {"00_quickstart": [],
+          "01_proxprop": ["faster_per_epoch", "stable_where_backprop_diverges"],
+          "02_vsml": ["above_chance_on_every_task", "beats_sgd_and_adam_early",
+                      "generalises_better_than_meta_rnn"],
+          "03_sac_ae": ["learns_above_threshold", "beats_pixel_sac"],
+          "04_policy_improvement": [], "05_sweeps": ["at_least_as_good"]}
+
+
 def test_every_notebook_has_smoke_parameters():
-    assert {nb.stem for nb in NOTEBOOKS} == set(SMOKE) == set(HEADLINE)
+    assert {nb.stem for nb in NOTEBOOKS} == set(SMOKE) == set(HEADLINE) == set(CLAIMS)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -68,8 +79,13 @@ def test_notebook_runs_alike_through_the_runner_and_plain_papermill(path, tmp_pa
     first = run_notebook(path, SMOKE[path.stem], out=tmp_path / "reports", progress=False)
     assert first.status == "ok", first.error
     assert HEADLINE[path.stem] <= set(first.metrics)
+    m = first.metrics  # what the reports lead with, declared by the notebook
+    assert m["study"]["measured"] and m["headline"] and set(m["headline"]) <= set(m)
+    assert [c["name"] for c in m["claims"]] == CLAIMS[path.stem]
+    assert all(c["verdict"] in VERDICTS and c["numbers"] for c in m["claims"])
     html = first.report.read_text()
     assert "status-ok" in html and "data:image/png" in html
+    assert ('<table class="claims">' in html) == bool(CLAIMS[path.stem])
 
     papermill_dir = tmp_path / "papermill"
     papermill_dir.mkdir()

@@ -76,7 +76,10 @@ def test_run_notebook_writes_records_provenance_and_figures(notebooks, tmp_path)
     assert run["figures"] == ["cell03-0.png"]
     assert (result.run_dir / "figures" / "cell03-0.png").read_bytes()[:4] == b"\x89PNG"
     html = result.report.read_text()
-    assert "b_records.ipynb" in html and "doubled=8" in html and "data:image/png" in html
+    assert "b_records.ipynb" in html and "data:image/png" in html
+    # it declared no claims or headline: the header names how many values metrics.json holds
+    assert "declares no claims" in html and "3 more recorded values" in html
+    assert set(run["inputs"]) == {"notebook", "parameters", "code", "dependencies", "digest"}
     assert result.run_dir.name.startswith("b_records-")
 
 

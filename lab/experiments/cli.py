@@ -1,7 +1,7 @@
 """``python -m lab``: run notebooks into reports, rebuild the index.
 
     python -m lab run notebooks/00_quickstart.ipynb -p epochs 2 [--out reports]
-    python -m lab run --all [--notebooks notebooks]
+    python -m lab run --all [--notebooks notebooks] [--force]   # reuses unchanged runs
     python -m lab report
     python -m lab sweep run sweeps/mpo_pendulum.yaml [--workers 4] [--storage URL]
     python -m lab sweep worker --storage URL --study NAME      # join from any machine
@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--all", action="store_true", help="run every notebook with its defaults")
     run.add_argument("--notebooks", type=Path, default=Path("notebooks"),
                      help="folder that --all runs (default: notebooks)")
+    run.add_argument("--force", action="store_true",
+                     help="with --all: run every notebook, even one whose inputs are "
+                     "unchanged since its last ok run")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                      metavar=("NAME", "VALUE"), help="override a parameter (repeatable)")
     run.add_argument("--out", type=Path, default=Path("reports"),
@@ -40,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
                      help=f"seconds one cell may run (default: {DEFAULT_CELL_TIMEOUT})")
     run.add_argument("--hide-code", action="store_true", help="leave code out of the HTML")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
-    report = commands.add_parser("report", help="rebuild <out>/index.html from the runs")
+    report = commands.add_parser("report", help="rebuild <out>/index.html and "
+                                 "<out>/claims.html from the runs")
     report.add_argument("--out", type=Path, default=Path("reports"))
     sweep = commands.add_parser("sweep", help="parameter sweeps with early termination")
     actions = sweep.add_subparsers(dest="action", required=True)
@@ -103,11 +107,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give either one NOTEBOOK or --all")
     if args.all and args.parameter:
         parser.error("-p applies to one notebook; --all runs every notebook with its defaults")
+    if args.force and not args.all:
+        parser.error("--force applies to --all; one notebook always runs")
     options = dict(out=args.out, timeout=args.timeout, hide_code=args.hide_code,
                    progress=not args.no_progress)
     try:
         if args.all:
-            results = run_all(args.notebooks, **options)
+            results = run_all(args.notebooks, force=args.force,
+                              log=lambda line: print(line, flush=True), **options)
         else:
             results = [run_notebook(args.notebook, dict(args.parameter), **options)]
     except (ParameterError, RunnerError) as err:
@@ -115,11 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for r in results:
         reason = f"  ({r.error})" if r.error else ""
-        print(f"{r.status:>11}  {r.notebook.name}  {r.report}{reason}")
-    print(f"index: {args.out / 'index.html'}")
+        status = "reused" if r.reused else r.status
+        print(f"{status:>11}  {r.notebook.name}  {r.report}{reason}")
+    print(f"index: {args.out / 'index.html'}; claims: {args.out / 'claims.html'}")
     bad = [r for r in results if r.status != OK]
     if not bad:
-        print(f"all {len(results)} notebook(s) ran ok")
+        reused = sum(r.reused for r in results)
+        print(f"all {len(results)} notebook(s) ok" + (f", {reused} reused" if reused else ""))
         return 0
     print(f"{len(bad)} of {len(results)} notebook(s) did not finish: "
           + ", ".join(f"{r.notebook.name} ({r.status})" for r in bad))

@@ -34,6 +34,8 @@ from jax.sharding import Mesh
 
 from lab import parallel
 from lab.envs.control import ControlTask
+from lab.experiments.claims import Claim, plural, verdict_of
+from lab.experiments.claims import summary as claims_summary
 from lab.models.policy import sample_actions
 from lab.rl import mpo as mpo_losses
 from lab.train import mpo, vmpo
@@ -350,6 +352,56 @@ def describe(m: dict[str, Any]) -> str:
                   f"epsilon), stddev {m['vmpo_kl_stddev']:.2e} "
                   f"({m['vmpo_kl_stddev_over_epsilon']:.2f} x).", ""]
     return "\n".join(lines)
+
+
+PAPER = ("Abdolmaleki et al. 2018 (MPO); Song et al. 2019 (V-MPO); Springenberg et al. 2020 "
+         "(local search for policy iteration)")
+PAPER_SETTING = "DeepMind Control Suite and other continuous control, millions of steps"
+
+
+def summary(m: dict[str, Any]) -> dict[str, Any]:
+    """The claims, study and headline of :func:`verdict`'s numbers for ``record`` (see
+    ``lab.experiments.claims``); only the claims the run's variants could test."""
+    def steps(name):
+        s = m[f"{name}_steps_to_threshold"]
+        return "never" if s is None else int(s)
+
+    def sooner(claim, flag, variant, statement):
+        return Claim(claim, statement, verdict_of(m[flag]),
+                     {f"steps to threshold: {variant}": steps(variant),
+                      "steps to threshold: mpo": steps("mpo"),
+                      f"final return: {variant}": m[f"{variant}_final_return"],
+                      "final return: mpo": m["mpo_final_return"]})
+
+    claims = []
+    if "claim1_mpo_solves" in m:
+        claims.append(Claim("mpo_solves", "MPO solves the task (final return at or above "
+                            "the threshold)", verdict_of(m["claim1_mpo_solves"]),
+                            {"MPO final return": m["mpo_final_return"],
+                             "threshold": m["threshold"], "steps to threshold": steps("mpo")}))
+    if "claim2_search_sooner" in m:
+        claims.append(sooner("search_sooner", "claim2_search_sooner", m["claim2_search_variant"],
+                             "Local search with the true model in learning reaches the "
+                             "threshold in fewer environment steps than MPO (depth 0)"))
+    if "claim3_more_updates_sooner" in m:
+        claims.append(sooner("more_updates_sooner", "claim3_more_updates_sooner",
+                             m["claim3_variant"], "More updates per environment step reach "
+                             "the threshold in fewer environment steps (data efficiency)"))
+    if "claim4_vmpo_learns" in m:
+        claims += [
+            Claim("vmpo_learns", "V-MPO learns the task without an entropy bonus",
+                  verdict_of(m["claim4_vmpo_learns"]),
+                  {"V-MPO final return": m["vmpo_final_return"], "threshold": m["threshold"],
+                   "environment steps": m["vmpo_env_steps"]}),
+            Claim("vmpo_kls_track", "V-MPO's realised KLs track their bounds (within 0.5x "
+                  "to 2x of epsilon)", verdict_of(m["claim4_kls_track"]),
+                  {"KL mean / epsilon": m["vmpo_kl_mean_over_epsilon"],
+                   "KL stddev / epsilon": m["vmpo_kl_stddev_over_epsilon"]})]
+    return claims_summary(
+        paper=PAPER, paper_setting=PAPER_SETTING, claims=claims,
+        measured=(f"{m['env']}, {plural(m['seeds'], 'seed')}; "
+                  + ", ".join(f"{v} {m[f'{v}_env_steps']:,} steps" for v in m["variants"])),
+        headline=[f"{v}_final_return" for v in m["variants"]] + ["threshold"])
 
 
 def seed_agent(result: Result, seed: int = 0) -> Any:

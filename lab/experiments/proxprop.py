@@ -18,6 +18,8 @@ from jax.sharding import Mesh
 
 from lab import parallel
 from lab.data import DATASETS, load
+from lab.experiments.claims import Claim, plural, verdict_of
+from lab.experiments.claims import summary as claims_summary
 from lab.train.proxprop import (
     Curves,
     ProxPropConfig,
@@ -345,6 +347,46 @@ def verdict(result: Comparison, *, early_epoch: int = 5) -> dict[str, Any]:
         "solvers": list(result.proxprop),
         "by_solver": by_solver,
     }
+
+
+PAPER = "Frerix, Möllenhoff, Moeller & Cremers, Proximal Backpropagation (ICLR 2018)"
+PAPER_SETTING = ("CIFAR-10: an MLP 3072-4000-1000-4000-10 (Nesterov, batch 500) and a conv "
+                 "net (Adam), 50 epochs")
+
+
+def summary(metrics: dict[str, Any], setup: Setup, *, early_epoch: int = 5) -> dict[str, Any]:
+    """The claims, study and headline of :func:`verdict`'s numbers for ``record`` (see
+    ``lab.experiments.claims``): both claims for every solver that trained."""
+    e, c = min(early_epoch, setup.config.epochs), setup.config
+    net = f"MLP {'-'.join(map(str, c.hidden))}" if c.arch == "mlp" else "conv net"
+    data = setup.dataset + (f" (first {setup.train_size:,})" if setup.train_size else "")
+    claims = []
+    for solver in metrics.get("solvers", [c.solver]):
+        m = metrics["by_solver"][solver] if "by_solver" in metrics else metrics
+        tag = "" if solver == c.solver else f"_{solver}"
+        claims += [
+            Claim(f"faster_per_epoch{tag}",
+                  f"ProxProp ({solver}) lowers the training loss faster per epoch than "
+                  "BackProp, each at its tuned step size",
+                  verdict_of(m["claim_faster_per_epoch"]),
+                  {"epochs with ProxProp lower": f"{m['epochs_proxprop_lower']} of {m['epochs']}",
+                   f"loss after epoch {e}: ProxProp": m[f"proxprop_train_loss_epoch{e}"],
+                   f"loss after epoch {e}: BackProp": m[f"backprop_train_loss_epoch{e}"],
+                   "final loss: ProxProp": m["proxprop_final_train_loss"],
+                   "final loss: BackProp": m["backprop_final_train_loss"]}),
+            Claim(f"stable_where_backprop_diverges{tag}",
+                  f"ProxProp ({solver}) trains at step sizes where BackProp diverges",
+                  verdict_of(m["claim_stable_where_backprop_diverges"]),
+                  {"BackProp diverged at": str(m["backprop_diverged_lrs"]),
+                   "ProxProp diverged at": str(m["proxprop_diverged_lrs"]),
+                   "only BackProp at": str(m["lrs_only_backprop_diverges"])})]
+    return claims_summary(
+        paper=PAPER, paper_setting=PAPER_SETTING, claims=claims,
+        measured=f"{data}, {net}, {plural(c.epochs, 'epoch')}, {plural(setup.seeds, 'seed')}, "
+                 f"{plural(len(metrics.get('lrs', setup.lr_grid)), 'step size')}",
+        headline=["proxprop_final_train_loss", "backprop_final_train_loss",
+                  "proxprop_final_val_accuracy", "backprop_final_val_accuracy",
+                  "proxprop_seconds_per_epoch", "backprop_seconds_per_epoch"])
 
 
 def describe(metrics: dict[str, Any], setup: Setup, *, early_epoch: int = 5) -> str:

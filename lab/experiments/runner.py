@@ -11,11 +11,17 @@ run its own directory under ``<out>/runs/``:
         metrics.json       whatever the notebook passed to ``lab.experiments.record``
         figures/*.png      every PNG the notebook displayed
 
-and refreshes ``<out>/<notebook>.html`` (the latest report) and ``<out>/index.html``.
+and refreshes ``<out>/<notebook>.html`` (the latest report), ``<out>/index.html`` and
+``<out>/claims.html`` (every notebook's claims; ``lab.experiments.report``).
 A notebook that raises, a cell timeout and a dead kernel all give status ``failed``
 with the error at the top of the report; Ctrl-C gives ``interrupted``; a sweep's trial that
 its pruner stopped early (it records ``pruned_at_phase``) gives ``pruned``. Either way
 everything written so far is kept.
+
+``run_all`` (``make reports``) runs a notebook only when its inputs changed since its last
+``ok`` run with the same parameters (``lab.experiments.inputs``: the notebook, its
+parameters, the code of ``lab/``, the installed versions); otherwise it reuses that run and
+the index says so. ``force=True`` (``--force``) runs everything.
 """
 
 import base64
@@ -37,14 +43,17 @@ import nbformat
 import papermill
 from papermill.exceptions import PapermillExecutionError
 
+from lab.experiments.inputs import changed, code_digest, dependencies_digest, fingerprint
 from lab.experiments.params import resolve
 from lab.experiments.provenance import collect, now
 from lab.experiments.records import METRICS_FILE, RUN_DIR_ENV, read_metrics
 from lab.experiments.report import (
     PROVENANCE_FILE,
     REPORT_FILE,
+    REUSED_FILE,
     build_index,
     export_html,
+    load_runs,
     strip_ansi,
 )
 
@@ -65,6 +74,7 @@ class RunResult:
     status: str
     error: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    reused: bool = False  # an earlier run with the same inputs, not run again
 
     @property
     def report(self) -> Path:
@@ -186,8 +196,10 @@ def _save_figures(nb: nbformat.NotebookNode, folder: Path) -> list[str]:
 
 def run_notebook(notebook: str | Path, overrides: dict[str, Any] | None = None, *,
                  out: str | Path = "reports", timeout: int = DEFAULT_CELL_TIMEOUT,
-                 hide_code: bool = False, progress: bool = True) -> RunResult:
-    """Execute one notebook with ``overrides`` for its parameters; see the module doc."""
+                 hide_code: bool = False, progress: bool = True,
+                 inputs: dict[str, str] | None = None) -> RunResult:
+    """Execute one notebook with ``overrides`` for its parameters; see the module doc.
+    ``inputs``: the run's :func:`~lab.experiments.inputs.fingerprint`, if already known."""
     notebook, out = Path(notebook), Path(out)
     check_notebook(notebook)
     parameters, overrides = resolve(notebook, overrides or {})
@@ -197,6 +209,7 @@ def run_notebook(notebook: str | Path, overrides: dict[str, Any] | None = None, 
     folder = _new_run_dir(out, notebook, parameters)
     executed = folder / notebook.name
     run = collect(notebook, parameters, overrides) | {
+        "inputs": inputs or fingerprint(notebook, parameters),
         "run_dir": str(folder), "status": RUNNING,
         "started": now(), "ended": None, "duration_s": None, "error": None,
     }
@@ -240,15 +253,85 @@ def _finish(notebook: Path, executed: Path, folder: Path, out: Path, run: dict,
     tmp = latest.with_name(f".{latest.name}.{os.getpid()}.tmp")  # whole, when runs end at once
     shutil.copyfile(report, tmp)
     tmp.replace(latest)
+    _forget_reuse(out, notebook.name)
     build_index(out)
 
 
-def run_all(folder: str | Path = "notebooks", **kwargs: Any) -> list[RunResult]:
+def _minutes(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def _read_reused(out: Path) -> dict[str, dict[str, str]]:
+    try:
+        return json.loads((out / REUSED_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _forget_reuse(out: Path, notebook: str) -> None:
+    """A notebook that ran anew is no longer one the last ``make reports`` reused."""
+    reused = _read_reused(out)
+    if reused.pop(notebook, None) is not None:
+        _write_json(out / REUSED_FILE, reused)
+
+
+def _reuse(run: dict[str, Any], notebook: Path, out: Path) -> RunResult:
+    """Keep an earlier ``ok`` run as this notebook's latest report and note the reuse."""
+    folder = Path(run["folder"])
+    latest = out / f"{notebook.stem}.html"
+    tmp = latest.with_name(f".{latest.name}.{os.getpid()}.tmp")
+    shutil.copyfile(folder / REPORT_FILE, tmp)
+    tmp.replace(latest)
+    _write_json(out / REUSED_FILE, _read_reused(out) | {
+        notebook.name: {"run": folder.name, "reused_at": now()}})
+    return RunResult(notebook, folder, OK, None, read_metrics(folder), reused=True)
+
+
+def run_all(folder: str | Path = "notebooks", *, force: bool = False,
+            log=print, **kwargs: Any) -> list[RunResult]:
     """Run every notebook in ``folder`` with its defaults, in name order; a failure does
-    not stop the others, Ctrl-C does."""
-    results = []
-    for notebook in sorted(Path(folder).glob("*.ipynb")):
-        results.append(run_notebook(notebook, **kwargs))
+    not stop the others, Ctrl-C does. A notebook whose inputs are unchanged since its last
+    ``ok`` run (same parameters) is not run again unless ``force``. ``log`` gets one
+    progress line per notebook: k of n, elapsed, the estimate left from each notebook's
+    last run."""
+    out = Path(kwargs.get("out", "reports"))
+    notebooks = sorted(Path(folder).glob("*.ipynb"))
+    check_output_dir(out)
+    code, deps = code_digest(), dependencies_digest()
+    runs = load_runs(out)
+    plans = []  # (notebook, inputs, the run to reuse or None, estimated seconds)
+    for notebook in notebooks:
+        parameters, _ = resolve(notebook, {})  # bad defaults fail here, before any run
+        inputs = fingerprint(notebook, parameters, code=code, dependencies=deps)
+        mine = [r for r in runs if r.get("notebook") == notebook.name
+                and r.get("status") == OK and r.get("parameters") == parameters]
+        same = next((r for r in mine if (r.get("inputs") or {}).get("digest")
+                     == inputs["digest"] and (Path(r["folder"]) / REPORT_FILE).exists()),
+                    None)
+        estimate = next((r.get("duration_s") for r in mine), None)
+        plans.append((notebook, inputs, None if force else same, estimate,
+                      changed((mine[0] if mine else {}).get("inputs"), inputs)))
+    start, results = time.monotonic(), []
+    for k, (notebook, inputs, same, estimate, why) in enumerate(plans, 1):
+        left = [e for _, _, s, e, _ in plans[k - 1:] if s is None]
+        known = sum(e for e in left if e is not None)
+        guess = (f"about {_minutes(known)} left" + (" and more (no earlier run of "
+                 f"{len(left) - sum(e is not None for e in left)})" if None in left else ""))
+        head = f"[{k}/{len(plans)}] {notebook.name} (elapsed {_minutes(time.monotonic() - start)})"
+        if same is not None:
+            log(f"{head}: reusing the ok run of {same['started'][:16].replace('T', ' ')} UTC, "
+                "inputs unchanged (--force runs it)")
+            results.append(_reuse(same, notebook, out))
+            continue
+        reason = "forced" if force else "changed: " + ", ".join(why)
+        log(f"{head}: running ({reason}); last run took {_minutes(estimate)}; {guess}")
+        results.append(run_notebook(notebook, inputs=inputs, **kwargs))
         if results[-1].status == INTERRUPTED:
             break
+    build_index(out)
+    log(f"done in {_minutes(time.monotonic() - start)}: {len(results)} notebook(s), "
+        f"{sum(r.reused for r in results)} reused")
     return results

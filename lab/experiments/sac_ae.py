@@ -24,6 +24,8 @@ import numpy as np
 from jax.sharding import Mesh
 
 from lab import envs, parallel
+from lab.experiments.claims import Claim, plural, verdict_of
+from lab.experiments.claims import summary as claims_summary
 from lab.train import checkpoint as checkpoints
 from lab.train import sac_ae_loop as loops
 from lab.train.sac_ae import SACAEConfig
@@ -278,6 +280,42 @@ def describe(m: dict[str, Any]) -> str:
                   f"Training time per run: SAC-AE {m['sac_ae_train_seconds']:.0f} s, pixel "
                   f"SAC {m['pixel_sac_train_seconds']:.0f} s (the decoder's cost).", ""]
     return "\n".join(lines)
+
+
+PAPER = ("Yarats, Zhang, Kostrikov, Amos, Pineau & Fergus, Improving Sample Efficiency in "
+         "Model-Free Reinforcement Learning from Images (AAAI 2021)")
+PAPER_SETTING = "DeepMind Control tasks from 84x84 pixels, up to 500k environment steps"
+
+
+def summary(m: dict[str, Any]) -> dict[str, Any]:
+    """The claims, study and headline of :func:`verdict`'s numbers for ``record`` (see
+    ``lab.experiments.claims``). Claim 2 holds *weakly* when SAC-AE is ahead on the mean
+    but not on every seed, or by less than the spread between seeds."""
+    claims = []
+    if "claim_learns_above_threshold" in m:
+        claims.append(Claim(
+            "learns_above_threshold", "SAC-AE learns pixel swing-up above a threshold (a "
+            "quarter of the way from a random policy to the maximum) on every seed",
+            verdict_of(m["claim_learns_above_threshold"]),
+            {"SAC-AE final return": m["sac_ae_final_return"],
+             "lowest seed": min(m["sac_ae_final_returns"]), "threshold": m["threshold"],
+             "random policy": m["random_return"]}))
+    if "claim_beats_pixel_sac" in m:
+        clear = m["seeds_sac_ae_ahead"] == m["seeds"] and not m["difference_within_seed_spread"]
+        claims.append(Claim(
+            "beats_pixel_sac", "SAC-AE does better than pixel SAC (the same agent without "
+            "the decoder) at the same step budget",
+            verdict_of(m["claim_beats_pixel_sac"], weakly=not clear),
+            {"final return: SAC-AE": m["sac_ae_final_return"],
+             "pixel SAC": m["pixel_sac_final_return"],
+             "seeds with SAC-AE ahead": f"{m['seeds_sac_ae_ahead']} of {m['seeds']}",
+             "SAC-AE spread (std)": m["sac_ae_final_return_std"]}))
+    return claims_summary(
+        paper=PAPER, paper_setting=PAPER_SETTING, claims=claims,
+        measured=(f"{m['env']} at {m['image_size']}x{m['image_size']}, "
+                  f"{plural(m['env_steps'], 'environment step')}, {plural(m['seeds'], 'seed')}"),
+        headline=[k for k in ("sac_ae_final_return", "pixel_sac_final_return", "threshold",
+                              "random_return") if k in m])
 
 
 def evaluation_episode(setup: Setup, run: Run, seed: int = 0) -> tuple[float, np.ndarray]:

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from lab.experiments.claims import Claim, plural, verdict_of
+from lab.experiments.claims import summary as claims_summary
 from lab.sweeps import load_spec, run_sweep
 from lab.sweeps import report as sweep_report
 from lab.sweeps.spec import SweepSpec
@@ -116,6 +118,32 @@ def verdict(spec: SweepSpec, pairs: list[dict[str, Any]]) -> dict[str, Any]:
     m["seeds"] = len(rows)
     m["claim_at_least_as_good"] = m["seeds_hypertrick_at_least_as_good"] == len(rows)
     return m
+
+
+PAPER = ("Heinrich & Frosio, Metaoptimization on a Distributed System for Deep "
+         "Reinforcement Learning (2019): HyperTrick")
+PAPER_SETTING = "GA3C on Atari games, trials spread over many machines"
+
+
+def summary(m: dict[str, Any], spec: SweepSpec) -> dict[str, Any]:
+    """The claim, study and headline of :func:`verdict`'s numbers for ``record`` (see
+    ``lab.experiments.claims``)."""
+    claim = Claim(
+        "at_least_as_good", f"With as many configurations as random search, HyperTrick's "
+        f"best {spec.metric} is at least as good (it stops most of them early)",
+        verdict_of(m["claim_at_least_as_good"]),
+        {"seeds at least as good": f"{m['seeds_hypertrick_at_least_as_good']} of {m['seeds']}",
+         "best: HyperTrick": m["mean_hypertrick_best"],
+         "best: random search": m["mean_random_best"],
+         "compute in whole trials: HyperTrick": m["mean_hypertrick_compute"],
+         "compute: random search": m["mean_random_compute"]})
+    return claims_summary(
+        paper=PAPER, paper_setting=PAPER_SETTING, claims=[claim],
+        measured=(f"{plural(spec.trials, 'trial')} of {Path(spec.notebook).stem}, "
+                  f"{plural(spec.phases, 'phase')}, survival {spec.survival}, "
+                  f"{plural(m['seeds'], 'sampler seed')}"),
+        headline=["mean_hypertrick_best", "mean_random_best", "mean_hypertrick_compute",
+                  "mean_random_compute"])
 
 
 def describe(m: dict[str, Any], spec: SweepSpec) -> str:

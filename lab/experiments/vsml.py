@@ -36,6 +36,8 @@ from jax.sharding import Mesh
 from lab import parallel
 from lab.data import DATASETS, TaskSource, is_cached, load
 from lab.experiments import vsml_backprop
+from lab.experiments.claims import Claim, plural, verdict_of
+from lab.experiments.claims import summary as claims_summary
 from lab.experiments.provenance import now
 from lab.models.meta_rnn import MetaRNN
 from lab.models.vsml import VSMLNetwork, online_loss
@@ -531,6 +533,65 @@ def transfer_verdict(curves: dict[str, dict[str, np.ndarray]], chances: dict[str
     out["claim_meta_rnn_worse_on_unseen"] = all(worse_unseen)
     out["claim_meta_rnn_worse_than_vsml_on_unseen"] = all(worse_than_vsml)
     return out
+
+
+PAPER = "Kirsch & Schmidhuber, Meta Learning Backpropagation And Improving It (NeurIPS 2021)"
+PAPER_SETTING = ("meta-trained on MNIST tasks (random projections, permuted labels); "
+                 "meta-tested online on unseen datasets such as Fashion-MNIST")
+
+
+def summary(metrics: dict[str, Any], setup: Setup) -> dict[str, Any]:
+    """The claims, study and headline of :func:`verdict` and :func:`transfer_verdict`'s
+    numbers for ``record`` (see ``lab.experiments.claims``)."""
+    m = metrics
+    unseen = [t for t in setup.tasks if t not in CONTROLS and t != setup.meta_dataset
+              and f"{t}_chance" in m]
+
+    def count(key):
+        return f"{len(m[key])} of {len(unseen)}"
+
+    claims = [
+        Claim("above_chance_on_every_task",
+              f"VS-ML learns every unseen task online, at least {ABOVE_CHANCE} above chance",
+              verdict_of(m["claim_above_chance_on_every_task"]),
+              {"tasks above chance": count("tasks_vsml_above_chance"),
+               "mean VS-ML accuracy": m["mean_vsml_accuracy"]}),
+        Claim("beats_sgd_and_adam_early",
+              "Early in the stream VS-ML is ahead of online SGD and Adam with tuned step "
+              "sizes, on every unseen task",
+              verdict_of(m["claim_beats_sgd_and_adam_early"]),
+              {"tasks ahead of the best baseline": count("tasks_vsml_beats_baselines")}),
+        Claim("generalises_better_than_meta_rnn",
+              "VS-ML generalises to unseen tasks better than a Meta-RNN (an LSTM learner)",
+              verdict_of(m["claim_generalises_better_than_meta_rnn"]),
+              {"mean accuracy: VS-ML": m["mean_vsml_accuracy"],
+               "mean accuracy: Meta-RNN": m["mean_meta_rnn_accuracy"]})]
+    if "claim_vsml_transfers" in m:
+        seen, targets = m["transfer_seen"], m["transfer_unseen"]
+        first = targets[0]
+        claims += [
+            Claim("vsml_transfers", f"VS-ML meta-trained on {seen} learns unseen datasets "
+                  f"({', '.join(targets)}) above chance", verdict_of(m["claim_vsml_transfers"]),
+                  {f"VS-ML accuracy: {t}": m[f"{t}_vsml_accuracy"] for t in targets}
+                  | {f"chance: {first}": m[f"{first}_chance"]}),
+            Claim("meta_rnn_worse_on_unseen", "The Meta-RNN does worse on the unseen "
+                  f"datasets than on held-out {seen}",
+                  verdict_of(m["claim_meta_rnn_worse_on_unseen"]),
+                  {f"Meta-RNN accuracy: {seen} (seen)": m[f"{seen}_meta_rnn_accuracy"]}
+                  | {f"Meta-RNN accuracy: {t}": m[f"{t}_meta_rnn_accuracy"] for t in targets}),
+            Claim("meta_rnn_worse_than_vsml_on_unseen",
+                  "The Meta-RNN does worse than VS-ML on the unseen datasets",
+                  verdict_of(m["claim_meta_rnn_worse_than_vsml_on_unseen"]),
+                  {f"{t}: Meta-RNN": m[f"{t}_meta_rnn_accuracy"] for t in targets}
+                  | {f"{t}: VS-ML": m[f"{t}_vsml_accuracy"] for t in targets})]
+    meta = setup.meta
+    return claims_summary(
+        paper=PAPER, paper_setting=PAPER_SETTING, claims=claims,
+        measured=(f"meta-trained on {setup.meta_dataset} ({meta.method}, "
+                  f"{plural(meta.iterations, 'iteration')}, {plural(setup.seeds, 'seed')}, "
+                  f"theta {setup.theta}); meta-tested on {', '.join(unseen) or 'no unseen task'}, "
+                  f"{setup.test_steps} steps"),
+        headline=["mean_vsml_accuracy", "mean_meta_rnn_accuracy"])
 
 
 def describe(metrics: dict[str, Any], setup: Setup) -> str:

@@ -1,0 +1,224 @@
+"""Reports that lead with the claims: the run header, the index, the claims dashboard, and
+``make reports`` reusing runs whose inputs are unchanged. The pages are built from
+``metrics.json`` files the tests write (no notebook runs), except the reuse tests, which run
+tiny notebooks through the runner."""
+
+import json
+import re
+
+import nbformat
+import pytest
+
+from lab.experiments import build_index, run_all
+from lab.experiments.claims import (
+    FAILS,
+    HOLDS,
+    UNTESTED,
+    WEAKLY,
+    Claim,
+    claims_of,
+    headline_of,
+    summary,
+    verdict_of,
+)
+from lab.experiments.inputs import changed, code_digest, fingerprint
+from lab.experiments.report import export_html, latest_claims, load_runs
+from tests.conftest import run_dirs, write_notebook
+
+CURVE = {"x": list(range(500)), "y": [0.123456789 * i for i in range(500)],
+         "xlabel": "epoch", "ylabel": "loss"}
+
+
+def claim_metrics(verdict: str, *, loss: float = 0.25, preset_note: str = "") -> dict:
+    """What a notebook records: numbers, curves, and its declared claims and headline."""
+    return {"final_loss": loss, "val_accuracy": 0.91, "losses_by_lr": [0.1] * 200,
+            "curves": {"ProxProp": CURVE, "BackProp": CURVE}} | summary(
+        paper="Frerix et al., Proximal Backpropagation (ICLR 2018)",
+        measured=f"digits, 3 seeds{preset_note}", paper_setting="CIFAR-10",
+        claims=[Claim("faster_per_epoch", "ProxProp lowers the loss faster per epoch",
+                      verdict, {"loss, ProxProp": loss, "BackProp": 0.5,
+                                "epochs lower": "30 of 30"}),
+                Claim("stable", "ProxProp trains where BackProp diverges", UNTESTED,
+                      {"BackProp diverged at": "[]"})],
+        headline=["final_loss", "val_accuracy", "losses_by_lr", "missing"])
+
+
+def provenance_record(notebook: str, started: str, status: str = "ok",
+                      parameters: dict | None = None, overrides: dict | None = None) -> dict:
+    return {"notebook": notebook, "notebook_path": f"notebooks/{notebook}",
+            "parameters": parameters or {"epochs": 30}, "overrides": overrides or {},
+            "seed": 0, "git": {"commit": "0123456789abcdef", "dirty": False},
+            "versions": {"python": "3.11", "jax": "0.4"}, "jax_devices": ["cpu:0 cpu"],
+            "xla_flags": "", "host": "testhost", "platform": "Linux", "run_dir": "",
+            "status": status, "started": started, "ended": started, "duration_s": 12.5,
+            "error": None if status == "ok" else "ValueError: boom", "figures": []}
+
+
+def write_run(out, name: str, notebook: str, started: str, metrics: dict, **kwargs):
+    folder = out / "runs" / name
+    folder.mkdir(parents=True)
+    run = provenance_record(notebook, started, **kwargs) | {"run_dir": str(folder)}
+    (folder / "provenance.json").write_text(json.dumps(run))
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    (folder / "report.html").write_text("<html>report</html>")
+    return folder
+
+
+def render_header(tmp_path, metrics: dict, status: str = "ok") -> str:
+    """The run report's header, as ``export_html`` writes it above the notebook."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# body")])
+    run = provenance_record("01_proxprop.ipynb", "2026-11-23T10:00:00+00:00", status)
+    path = export_html(nb, run | {"metrics": metrics}, tmp_path / "report.html")
+    html = path.read_text()
+    return html[html.index('<header class="lab-run">'):html.index("</header>")]
+
+
+def test_verdicts_and_summary_are_checked():
+    assert [verdict_of(True), verdict_of(True, weakly=True), verdict_of(False),
+            verdict_of(None)] == [HOLDS, WEAKLY, FAILS, UNTESTED]
+    with pytest.raises(ValueError, match="is not one of"):
+        Claim("x", "a claim", "mostly")
+    with pytest.raises(ValueError, match="claim names repeat"):
+        summary(paper="p", measured="m", claims=[Claim("x", "a", HOLDS), Claim("x", "b", FAILS)])
+
+
+def test_headline_keeps_declared_scalars_only():
+    m = claim_metrics(HOLDS)
+    assert headline_of(m) == {"final_loss": 0.25, "val_accuracy": 0.91}  # no list, no missing
+    assert [c["verdict"] for c in claims_of(m)] == [HOLDS, UNTESTED]
+    assert claims_of({"final_loss": 1.0}) == [] and headline_of({}) == {}
+
+
+def test_run_header_leads_with_claims_and_prints_no_array(tmp_path):
+    head = render_header(tmp_path, claim_metrics(WEAKLY))
+    assert len(head) < 5000, len(head)  # the old header printed every number: ~3,000 chars
+    assert not re.search(r"(\d[\d.e+-]*,\s*){10}", head), "an array was printed inline"
+    assert "ProxProp lowers the loss faster per epoch" in head and "v-weakly" in head
+    assert "v-not-tested" in head and "Proximal Backpropagation" in head
+    assert head.index("ProxProp lowers") < head.index("final_loss") < head.index("parameters")
+    assert "0.25" in head and "0.91" in head  # headline, 4 significant digits
+    assert "losses_by_lr" not in head.split("metrics.json")[0].split("parameters")[0]
+    assert re.search(r'\d+ more recorded values .*href="metrics.json"', head, re.S)
+    assert "commit 0123456789" in head and "cpu:0 cpu" in head and "12.5 s" in head
+
+
+def test_run_without_claims_renders(tmp_path):
+    head = render_header(tmp_path, {"test_accuracy": 0.97, "curve": list(range(100))})
+    assert "declares no claims" in head and "<table class=\"claims\">" not in head
+    assert not re.search(r"(\d+,\s*){10}", head)
+    failed = render_header(tmp_path, {}, status="failed")
+    assert "ValueError: boom" in failed and "status-failed" in failed
+
+
+def test_index_and_dashboard_show_the_latest_verdicts(tmp_path):
+    out = tmp_path / "reports"
+    write_run(out, "01-old", "01_proxprop.ipynb", "2026-11-20T10:00:00+00:00",
+              claim_metrics(HOLDS, loss=0.111))
+    write_run(out, "01-new", "01_proxprop.ipynb", "2026-11-21T10:00:00+00:00",
+              claim_metrics(FAILS, loss=0.222))
+    write_run(out, "01-failed", "01_proxprop.ipynb", "2026-11-22T10:00:00+00:00", {},
+              status="failed")
+    write_run(out, "01-claim", "01_proxprop.ipynb", "2026-11-19T10:00:00+00:00",
+              claim_metrics(WEAKLY, loss=0.333, preset_note=", claim preset"),
+              parameters={"preset": "claim", "epochs": 30}, overrides={"preset": "claim"})
+    write_run(out, "00-run", "00_quickstart.ipynb", "2026-11-18T10:00:00+00:00",
+              {"test_accuracy": 0.95, "headline": ["test_accuracy"],
+               "study": {"paper": "", "measured": "digits"}, "claims": []})
+    build_index(out)
+
+    rows = latest_claims(load_runs(out))
+    got = [(r["notebook"], r["preset"], r["claim"] and r["claim"]["verdict"]) for r in rows]
+    assert got == [("00_quickstart.ipynb", "default", None),
+                   ("01_proxprop.ipynb", "default", FAILS),  # the newest ok run, not older
+                   ("01_proxprop.ipynb", "default", UNTESTED),
+                   ("01_proxprop.ipynb", "claim", WEAKLY),  # a preset is its own row
+                   ("01_proxprop.ipynb", "claim", UNTESTED)]
+
+    dashboard = (out / "claims.html").read_text()
+    assert dashboard.count('<tr data-notebook="01_proxprop.ipynb"') == 4
+    assert "0.222" in dashboard and "0.333" in dashboard and "0.111" not in dashboard
+    assert "digits, 3 seeds, claim preset" in dashboard and "paper: CIFAR-10" in dashboard
+    assert "no claims declared (not a paper)" in dashboard
+    assert 'href="runs/01-new/report.html"' in dashboard
+    assert ">1 weakly<" in dashboard and ">1 does not hold<" in dashboard
+
+    index = (out / "index.html").read_text()
+    assert 'href="claims.html"' in index
+    assert index.count('<tr data-notebook=') == 5
+    assert index.index("01-failed") < index.index("01-new") < index.index("01-old")  # newest first
+    assert "v-does-not-hold" in index and "v-holds" in index and "v-weakly" in index
+    assert "✗ faster_per_epoch" in index and "none declared" in index
+    assert "final_loss=0.222" in index and "test_accuracy=0.95" in index
+    assert not re.search(r"(\d[\d.]*,\s*){10}", index)
+    for option in ("00_quickstart.ipynb", "01_proxprop.ipynb", "failed", "ok"):
+        assert f"<option>{option}</option>" in index
+
+
+def test_fingerprint_names_what_changed(tmp_path):
+    nb = write_notebook(tmp_path / "a.ipynb", "x = 1", "print(x)")
+    first = fingerprint(nb, {"x": 1}, code="c", dependencies="d")
+    assert fingerprint(nb, {"x": 1}, code="c", dependencies="d") == first
+    assert changed(first, fingerprint(nb, {"x": 2}, code="c", dependencies="d")) == ["parameters"]
+    assert changed(first, fingerprint(nb, {"x": 1}, code="c2", dependencies="d")) == ["code"]
+    assert changed(None, first) == ["no record of the inputs"]
+    pkg = tmp_path / "pkg"
+    (pkg / "__pycache__").mkdir(parents=True)
+    (pkg / "m.py").write_text("a = 1\n")
+    before = code_digest(pkg)
+    (pkg / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"compiled")
+    assert code_digest(pkg) == before  # caches are not code
+    (pkg / "m.py").write_text("a = 2\n")
+    assert code_digest(pkg) != before
+
+
+@pytest.mark.slow
+def test_make_reports_reuses_an_unchanged_notebook_and_reruns_a_changed_one(tmp_path):
+    folder, out = tmp_path / "notebooks", tmp_path / "reports"
+    nb = write_notebook(folder / "a.ipynb", "x = 1",
+                        "from lab.experiments import record\nrecord(x=x, headline=['x'])")
+    lines = []
+    (first,) = run_all(folder, out=out, progress=False, log=lines.append)
+    assert not first.reused and first.status == "ok"
+    assert lines[0].startswith("[1/1] a.ipynb (elapsed 0:00): running (changed: no record")
+
+    lines.clear()
+    (second,) = run_all(folder, out=out, progress=False, log=lines.append)
+    assert second.reused and second.run_dir == first.run_dir
+    assert run_dirs(out) == [first.run_dir]
+    assert "reusing the ok run of" in lines[0] and "1 reused" in lines[-1]
+    assert json.loads((out / "reused.json").read_text())["a.ipynb"]["run"] == first.run_dir.name
+    assert "reused 20" in (out / "index.html").read_text()
+
+    edited = nbformat.read(nb, as_version=4)
+    edited.cells.append(nbformat.v4.new_code_cell("y = 2"))
+    nbformat.write(edited, nb)
+    (third,) = run_all(folder, out=out, progress=False, log=lines.append)
+    assert not third.reused and third.run_dir != first.run_dir
+    assert "changed: notebook" in lines[-2]
+    assert "a.ipynb" not in json.loads((out / "reused.json").read_text())
+    assert "reused 20" not in (out / "index.html").read_text()
+
+    (forced,) = run_all(folder, out=out, progress=False, force=True, log=lines.append)
+    assert not forced.reused and len(run_dirs(out)) == 3
+    assert "running (forced)" in lines[-2]
+
+
+def test_sac_ae_claim_two_is_weak_when_not_ahead_on_every_seed():
+    from lab.experiments.sac_ae import summary as sac_ae_summary
+
+    m = {"env": "pendulum_swingup", "image_size": 24, "env_steps": 80_000, "seeds": 3,
+         "threshold": 258.3, "random_return": 11.1, "sac_ae_final_return": 474.8,
+         "sac_ae_final_returns": [508.5, 532.9, 382.9], "sac_ae_final_return_std": 65.7,
+         "pixel_sac_final_return": 455.4, "claim_learns_above_threshold": True,
+         "claim_beats_pixel_sac": True, "sac_ae_minus_pixel_sac": 19.4, "seeds_sac_ae_ahead": 2,
+         "difference_within_seed_spread": True}
+    claims = {c["name"]: c for c in sac_ae_summary(m)["claims"]}
+    assert claims["learns_above_threshold"]["verdict"] == HOLDS
+    assert ["lowest seed", 382.9] in claims["learns_above_threshold"]["numbers"]
+    assert claims["beats_pixel_sac"]["verdict"] == WEAKLY
+    clear = m | {"seeds_sac_ae_ahead": 3, "difference_within_seed_spread": False}
+    assert sac_ae_summary(clear)["claims"][1]["verdict"] == HOLDS
+    behind = m | {"claim_beats_pixel_sac": False, "sac_ae_minus_pixel_sac": -5.0}
+    assert sac_ae_summary(behind)["claims"][1]["verdict"] == FAILS
+    assert sac_ae_summary(m)["study"]["measured"] == \
+        "pendulum_swingup at 24x24, 80,000 environment steps, 3 seeds"
