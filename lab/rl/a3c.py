@@ -1,0 +1,100 @@
+"""The advantage actor-critic loss of A3C, as GA3C uses it.
+
+Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning" (A3C); Babaeizadeh,
+Frosio, Tyree, Clemons & Kautz, "Reinforcement Learning through Asynchronous Advantage
+Actor-Critic on a GPU" (ICLR 2017, GA3C). Every execution in ``lab`` (the jitted A2C, host
+GA3C with its queues, the per-agent host A3C) trains with these two functions.
+
+**Returns.** A rollout of ``t_max`` steps of one environment gives rewards ``r_t``, discounts
+``discount_t = gamma * (1 - terminated_t)``, and where the chain of returns restarts after
+step t (``cut_t``: the episode ended, by termination or truncation, or the rollout ends) the
+value ``v_next_t`` to bootstrap from: ``V(s_{t+1})`` of the state after the step, which for a
+truncated episode is the final observation gymnax's auto-reset reports, not the reset one.
+
+    G_t = r_t + discount_t * (v_next_t if cut_t else G_{t+1})
+
+A terminal step's reward counts and nothing is bootstrapped after it (discount 0). (NVlabs'
+GA3C drops the last reward of an episode; this does not.)
+
+**Loss**, means over the batch of ``B`` steps, advantages ``A = G - V`` with no gradient:
+
+    policy  = -mean(A * log pi(a|s)) - entropy_cost * mean(H(pi(.|s)))
+    value   = value_cost * mean((G - V(s))^2)
+
+``log_epsilon > 0`` is GA3C's guard against policy lag: ``log(pi + log_epsilon)`` in place of
+``log pi`` (in the entropy too), which bounds the gradient of a probability near zero that
+an older policy sampled. With 0 (the default) it is the exact ``log_softmax``.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+class A3CAux(NamedTuple):
+    policy_loss: jax.Array  # including the entropy bonus
+    value_loss: jax.Array
+    entropy: jax.Array  # mean entropy of pi over the batch
+    advantage: jax.Array  # mean advantage G - V
+
+
+def bootstrapped_returns(r_t: jax.Array, discount_t: jax.Array, v_next_t: jax.Array,
+                         cut_t: jax.Array) -> jax.Array:
+    """``(T,)`` t_max-step returns of one rollout (see the module docstring); the last step
+    must be cut (the rollout ends there)."""
+    if not (r_t.shape == discount_t.shape == v_next_t.shape == cut_t.shape) or r_t.ndim != 1:
+        raise ValueError(f"returns need four (T,) arrays, got shapes {r_t.shape}, "
+                         f"{discount_t.shape}, {v_next_t.shape}, {cut_t.shape}")
+
+    def back(g_next, step):
+        r, discount, v_next, cut = step
+        g = r + discount * jnp.where(cut, v_next, g_next)
+        return g, g
+
+    _, g_t = jax.lax.scan(back, jnp.zeros((), r_t.dtype), (r_t, discount_t, v_next_t, cut_t),
+                          reverse=True)
+    return g_t
+
+
+def log_policy(logits: jax.Array, log_epsilon: float = 0.0) -> jax.Array:
+    """``log pi`` from logits, or GA3C's ``log(pi + log_epsilon)``."""
+    if log_epsilon == 0.0:
+        return jax.nn.log_softmax(logits, axis=-1)
+    return jnp.log(jax.nn.softmax(logits, axis=-1) + log_epsilon)
+
+
+def a3c_loss(logits_t: jax.Array, v_t: jax.Array, a_t: jax.Array, g_t: jax.Array, *,
+             entropy_cost: float = 0.01, value_cost: float = 0.5,
+             log_epsilon: float = 0.0) -> tuple[jax.Array, A3CAux]:
+    """The A3C loss of a flat batch.
+
+    Args:
+      logits_t: ``(B, A)`` policy logits; ``v_t``: ``(B,)`` state values.
+      a_t: ``(B,)`` the actions taken (int); ``g_t``: ``(B,)`` their returns
+        (:func:`bootstrapped_returns`), no gradient.
+
+    Returns ``(policy + value loss, aux)``.
+    """
+    b, _ = logits_t.shape
+    if v_t.shape != (b,) or a_t.shape != (b,) or g_t.shape != (b,):
+        raise ValueError(f"a3c_loss needs logits (B, A) and (B,) values, actions and returns; "
+                         f"got {logits_t.shape}, {v_t.shape}, {a_t.shape}, {g_t.shape}")
+    g_t = jax.lax.stop_gradient(g_t)
+    advantage = jax.lax.stop_gradient(g_t - v_t)
+    log_pi = log_policy(logits_t, log_epsilon)
+    log_pi_a = jnp.take_along_axis(log_pi, a_t[:, None], axis=-1)[:, 0]
+    entropy = -jnp.sum(jax.nn.softmax(logits_t, axis=-1) * log_pi, axis=-1).mean()
+    policy = -jnp.mean(advantage * log_pi_a) - entropy_cost * entropy
+    value = value_cost * jnp.mean((g_t - v_t) ** 2)
+    return policy + value, A3CAux(policy, value, entropy, advantage.mean())
+
+
+def rmsprop(learning_rate: float = 3e-4, decay: float = 0.99,
+            eps: float = 0.1) -> optax.GradientTransformation:
+    """GA3C's RMSProp (TensorFlow's, no momentum, centered off): ``lr * g / sqrt(nu + eps)``
+    with ``nu`` the decaying mean of ``g^2`` started at 0. optax puts ``eps`` inside the
+    square root, as TensorFlow does, when ``eps_in_sqrt`` is True (its default; said here
+    because the placement matters at GA3C's large eps of 0.1)."""
+    return optax.rmsprop(learning_rate, decay=decay, eps=eps, eps_in_sqrt=True)
