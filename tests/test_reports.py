@@ -179,7 +179,8 @@ def test_make_reports_reuses_an_unchanged_notebook_and_reruns_a_changed_one(tmp_
     lines = []
     (first,) = run_all(folder, out=out, progress=False, log=lines.append)
     assert not first.reused and first.status == "ok"
-    assert lines[0].startswith("[1/1] a.ipynb (elapsed 0:00): running (changed: no record")
+    assert lines[0].startswith("[1/1] a.ipynb, 0:00 elapsed: running (changed: no record of "
+                               "the inputs); no earlier run")
 
     lines.clear()
     (second,) = run_all(folder, out=out, progress=False, log=lines.append)
@@ -194,7 +195,8 @@ def test_make_reports_reuses_an_unchanged_notebook_and_reruns_a_changed_one(tmp_
     nbformat.write(edited, nb)
     (third,) = run_all(folder, out=out, progress=False, log=lines.append)
     assert not third.reused and third.run_dir != first.run_dir
-    assert "changed: notebook" in lines[-2]
+    assert "changed: notebook); its last run took 0:0" in lines[-2]
+    assert "about 0:0" in lines[-2]
     assert "a.ipynb" not in json.loads((out / "reused.json").read_text())
     assert "reused 20" not in (out / "index.html").read_text()
 

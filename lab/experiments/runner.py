@@ -290,6 +290,18 @@ def _reuse(run: dict[str, Any], notebook: Path, out: Path) -> RunResult:
     return RunResult(notebook, folder, OK, None, read_metrics(folder), reused=True)
 
 
+def _estimate(this: float | None, plans: list[tuple]) -> str:
+    """The progress line's estimate: this notebook's last run, and what is left to run."""
+    left = [e for _, _, same, e, _ in plans if same is None]
+    known = [e for e in left if e is not None]
+    text = f"its last run took {_minutes(this)}" if this is not None else "no earlier run"
+    if known:
+        text += f"; about {_minutes(sum(known))} left"
+        if len(known) < len(left):
+            text += f" plus {len(left) - len(known)} notebook(s) never run"
+    return text
+
+
 def run_all(folder: str | Path = "notebooks", *, force: bool = False,
             log=print, **kwargs: Any) -> list[RunResult]:
     """Run every notebook in ``folder`` with its defaults, in name order; a failure does
@@ -316,18 +328,14 @@ def run_all(folder: str | Path = "notebooks", *, force: bool = False,
                       changed((mine[0] if mine else {}).get("inputs"), inputs)))
     start, results = time.monotonic(), []
     for k, (notebook, inputs, same, estimate, why) in enumerate(plans, 1):
-        left = [e for _, _, s, e, _ in plans[k - 1:] if s is None]
-        known = sum(e for e in left if e is not None)
-        guess = (f"about {_minutes(known)} left" + (" and more (no earlier run of "
-                 f"{len(left) - sum(e is not None for e in left)})" if None in left else ""))
-        head = f"[{k}/{len(plans)}] {notebook.name} (elapsed {_minutes(time.monotonic() - start)})"
+        head = f"[{k}/{len(plans)}] {notebook.name}, {_minutes(time.monotonic() - start)} elapsed"
         if same is not None:
             log(f"{head}: reusing the ok run of {same['started'][:16].replace('T', ' ')} UTC, "
                 "inputs unchanged (--force runs it)")
             results.append(_reuse(same, notebook, out))
             continue
         reason = "forced" if force else "changed: " + ", ".join(why)
-        log(f"{head}: running ({reason}); last run took {_minutes(estimate)}; {guess}")
+        log(f"{head}: running ({reason}); {_estimate(estimate, plans[k - 1:])}")
         results.append(run_notebook(notebook, inputs=inputs, **kwargs))
         if results[-1].status == INTERRUPTED:
             break
