@@ -14,7 +14,9 @@ dm_control is imported only when such an environment is made.
 
 ``lab.envs.control.ControlTask`` wraps gymnax's continuous-control tasks (Pendulum-v1,
 MountainCarContinuous-v0) from states, with actions in ``[-1, 1]``, for the policy-improvement
-agents; gymnax is imported only when one is made.
+agents; gymnax is imported only when one is made. ``lab.envs.minatar.MinAtarTask`` wraps
+gymnax's MinAtar games (discrete actions, auto-reset, terminated and truncated apart,
+optional sticky actions) for the actor-critic agents.
 """
 
 from lab.envs.cartpole import CartpoleState, CartpoleSwingup
@@ -22,6 +24,8 @@ from lab.envs.control import CONTROL_TASKS, ControlTask
 from lab.envs.dmc import DMC_TASKS, DMCEnv, make_dmc  # imports dm_control only when used
 from lab.envs.dmc_states import DMCStates, make_dmc_states
 from lab.envs.frames import frame_stack_indices, stack_frames
+from lab.envs.minatar import GAMES as MINATAR_GAMES
+from lab.envs.minatar import MinAtarState, MinAtarStep, MinAtarTask
 from lab.envs.pendulum import PendulumState, PendulumSwingup
 from lab.envs.registry import ENVS, make
 from lab.envs.render import MIN_IMAGE_SIZE
@@ -32,12 +36,16 @@ __all__ = [
     "CONTROL_TASKS",
     "DMC_TASKS",
     "ENVS",
+    "MINATAR_GAMES",
     "MIN_IMAGE_SIZE",
     "CartpoleState",
     "CartpoleSwingup",
     "ControlTask",
     "DMCEnv",
     "DMCStates",
+    "MinAtarState",
+    "MinAtarStep",
+    "MinAtarTask",
     "PendulumState",
     "PendulumSwingup",
     "frame_stack_indices",

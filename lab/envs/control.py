@@ -72,7 +72,7 @@ class ControlTask:
     def reset(self, key: jax.Array) -> tuple[Any, jax.Array]:
         """A new episode: ``(state, obs)``."""
         obs, state = self._env.reset_env(key, self._params)
-        return _strongly_typed(state), obs.astype(jnp.float32)
+        return strongly_typed(state), obs.astype(jnp.float32)
 
     def step(self, state: Any, action: jax.Array, key: jax.Array
              ) -> tuple[Any, jax.Array, jax.Array, jax.Array, jax.Array]:
@@ -84,7 +84,7 @@ class ControlTask:
         obs, state, reward, terminated, _ = self._env.step_env(
             key, state, self.scale(action), self._params)
         truncated = self._env.is_truncated(state, self._params) & ~terminated
-        return (_strongly_typed(state), obs.astype(jnp.float32), reward.astype(jnp.float32),
+        return (strongly_typed(state), obs.astype(jnp.float32), reward.astype(jnp.float32),
                 jnp.asarray(terminated, bool), jnp.asarray(truncated, bool))
 
     def observe(self, state: Any) -> jax.Array:
@@ -93,7 +93,7 @@ class ControlTask:
 
 
 
-def _strongly_typed(state: Any) -> Any:
+def strongly_typed(state: Any) -> Any:
     """gymnax states hold Python ints and weakly typed arrays; give every leaf a fixed dtype
     so that a state's pytree type is the same after reset and after any number of steps."""
     return jax.tree.map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype), state)

@@ -1,0 +1,107 @@
+"""MinAtar games from gymnax as pure JAX functions, with gymnax 1.0's auto-resetting step.
+
+MinAtar (Young & Tian 2019) reduces five Atari games to 10x10 grids with one binary channel
+per kind of object; gymnax (Lange 2022) implements them in JAX. ``MinAtarTask`` keeps
+gymnax 1.0's step API, which is what actor-critic loops need:
+
+- ``step`` auto-resets: after the last step of an episode the returned observation and
+  state are the new episode's, and ``final_obs`` is the observation the episode ended in;
+- ``terminated`` (the game is over: no bootstrap) and ``truncated`` (the time limit: the
+  return is bootstrapped from ``V(final_obs)``) are told apart;
+- optional sticky actions, as MinAtar's own environments have them (probability 0.1 there;
+  gymnax has none): with probability ``sticky`` the previous action is repeated. The
+  previous action lives in the state and is 0 (no-op) after a reset.
+
+Everything jits and vmaps: ``jax.vmap(task.step)`` steps a batch of games.
+``MinAtarTask("breakout", sticky=0.1)``; games: see ``GAMES``.
+"""
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from lab.envs.control import strongly_typed
+
+GAMES = {"breakout": "Breakout-MinAtar", "asterix": "Asterix-MinAtar",
+         "freeway": "Freeway-MinAtar", "space_invaders": "SpaceInvaders-MinAtar",
+         "seaquest": "Seaquest-MinAtar"}
+
+
+class MinAtarState(NamedTuple):
+    game: Any  # gymnax's state of the game
+    last_action: jax.Array  # int32, for sticky actions
+
+
+class MinAtarStep(NamedTuple):
+    reward: jax.Array  # float32
+    terminated: jax.Array  # bool: the game ended; nothing to bootstrap
+    truncated: jax.Array  # bool: the time limit; bootstrap from final_obs
+    final_obs: jax.Array  # the observation the step reached, before any auto-reset
+    action: jax.Array  # the action the game executed (the previous one when it stuck)
+
+
+@dataclasses.dataclass(frozen=True)
+class MinAtarTask:
+    """One MinAtar game; observations are float32 ``(10, 10, channels)`` in {0, 1}."""
+
+    game: str = "breakout"
+    """One of ``GAMES``."""
+    sticky: float = 0.0
+    """Probability of repeating the previous action instead of the chosen one."""
+    max_steps: int = 0
+    """Time limit in steps (truncation); 0 for the game's own (1,000; Freeway 2,500)."""
+
+    def __post_init__(self):
+        if self.game not in GAMES:
+            raise ValueError(f"unknown MinAtar game {self.game!r}; choose one of "
+                             f"{', '.join(GAMES)}")
+        if not 0.0 <= self.sticky < 1.0:
+            raise ValueError(f"sticky must be in [0, 1), got {self.sticky}")
+        if self.max_steps < 0:
+            raise ValueError(f"max_steps must be 0 (the game's limit) or more, got "
+                             f"{self.max_steps}")
+        import gymnax
+
+        env, params = gymnax.make(GAMES[self.game])
+        if self.max_steps:
+            params = params.replace(max_steps_in_episode=self.max_steps)
+        object.__setattr__(self, "_env", env)
+        object.__setattr__(self, "_params", params)
+
+    @property
+    def num_actions(self) -> int:
+        return int(self._env.num_actions)
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        return tuple(self._env.observation_space(self._params).shape)
+
+    @property
+    def episode_steps(self) -> int:
+        """The time limit of an episode."""
+        return int(self._params.max_steps_in_episode)
+
+    def reset(self, key: jax.Array) -> tuple[jax.Array, MinAtarState]:
+        """A new episode: ``(obs, state)``."""
+        obs, game = self._env.reset(key, self._params)
+        return obs.astype(jnp.float32), MinAtarState(strongly_typed(game), jnp.zeros((), jnp.int32))
+
+    def step(self, key: jax.Array, state: MinAtarState, action: jax.Array
+             ) -> tuple[jax.Array, MinAtarState, MinAtarStep]:
+        """One step, auto-resetting at the end of an episode: ``(obs, state, step)``."""
+        k_sticky, k_step = jax.random.split(key)
+        action = jnp.asarray(action, jnp.int32)
+        if self.sticky > 0.0:
+            action = jnp.where(jax.random.uniform(k_sticky) < self.sticky, state.last_action,
+                               action)
+        obs, game, reward, terminated, truncated, info = self._env.step(
+            k_step, state.game, action, self._params)
+        done = terminated | truncated
+        last = jnp.where(done, 0, action).astype(jnp.int32)
+        step = MinAtarStep(jnp.asarray(reward, jnp.float32), jnp.asarray(terminated, bool),
+                           jnp.asarray(truncated, bool) & ~jnp.asarray(terminated, bool),
+                           info["final_observation"].astype(jnp.float32), action)
+        return obs.astype(jnp.float32), MinAtarState(strongly_typed(game), last), step
+
