@@ -1,6 +1,7 @@
 """Equinox models. Each takes one unbatched example; batch with ``jax.vmap``."""
 
 from lab.models.feedforward import convnet, mlp
+from lab.models.ga3c import ActorCritic
 from lab.models.meta_rnn import MetaRNN
 from lab.models.policy import DynamicsModel, GaussianPolicy, QCritic, ValueCritic
 from lab.models.sac_ae import Actor, ConvTrunk, Critic, Decoder, Encoder, EncoderHead
@@ -8,6 +9,7 @@ from lab.models.vsml import VSMLCell, VSMLNetwork, VSMLState, online_loss
 
 __all__ = [
     "Actor",
+    "ActorCritic",
     "ConvTrunk",
     "Critic",
     "Decoder",
