@@ -5,16 +5,14 @@ Frosio, Tyree, Clemons & Kautz, "Reinforcement Learning through Asynchronous Adv
 Actor-Critic on a GPU" (ICLR 2017, GA3C). Every execution in ``lab`` (the jitted A2C, host
 GA3C with its queues, the per-agent host A3C) trains with these two functions.
 
-**Returns.** A rollout of ``t_max`` steps of one environment gives rewards ``r_t``, discounts
-``discount_t = gamma * (1 - terminated_t)``, and where the chain of returns restarts after
-step t (``cut_t``: the episode ended, by termination or truncation, or the rollout ends) the
-value ``v_next_t`` to bootstrap from: ``V(s_{t+1})`` of the state after the step, which for a
-truncated episode is the final observation gymnax's auto-reset reports, not the reset one.
+**Returns** are t_max-step returns bootstrapped from V (``lab.rl.returns``):
 
-    G_t = r_t + discount_t * (v_next_t if cut_t else G_{t+1})
+    G_t = r_t + discount_t * (V(s'_t) if the episode ended at t or t is the last step
+                              else G_{t+1}),   discount_t = gamma * (1 - terminated_t)
 
-A terminal step's reward counts and nothing is bootstrapped after it (discount 0). (NVlabs'
-GA3C drops the last reward of an episode; this does not.)
+with ``s'_t`` the observation step t reached before any reset. A terminal step's reward
+counts and nothing is bootstrapped after it. (NVlabs' GA3C drops the last reward of an
+episode; this does not.)
 
 **Loss**, means over the batch of ``B`` steps, advantages ``A = G - V`` with no gradient:
 
@@ -38,24 +36,6 @@ class A3CAux(NamedTuple):
     value_loss: jax.Array
     entropy: jax.Array  # mean entropy of pi over the batch
     advantage: jax.Array  # mean advantage G - V
-
-
-def bootstrapped_returns(r_t: jax.Array, discount_t: jax.Array, v_next_t: jax.Array,
-                         cut_t: jax.Array) -> jax.Array:
-    """``(T,)`` t_max-step returns of one rollout (see the module docstring); the last step
-    must be cut (the rollout ends there)."""
-    if not (r_t.shape == discount_t.shape == v_next_t.shape == cut_t.shape) or r_t.ndim != 1:
-        raise ValueError(f"returns need four (T,) arrays, got shapes {r_t.shape}, "
-                         f"{discount_t.shape}, {v_next_t.shape}, {cut_t.shape}")
-
-    def back(g_next, step):
-        r, discount, v_next, cut = step
-        g = r + discount * jnp.where(cut, v_next, g_next)
-        return g, g
-
-    _, g_t = jax.lax.scan(back, jnp.zeros((), r_t.dtype), (r_t, discount_t, v_next_t, cut_t),
-                          reverse=True)
-    return g_t
 
 
 def log_policy(logits: jax.Array, log_epsilon: float = 0.0) -> jax.Array:
