@@ -45,8 +45,8 @@ def test_a3c_loss_matches_the_hand_computed_terms():
     log_pi_a = np.log([0.75, 0.8])
     h = -np.array([0.25 * np.log(0.25) + 0.75 * np.log(0.75), 0.8 * np.log(0.8)
                    + 0.2 * np.log(0.2)])
-    policy = -np.mean(adv * log_pi_a) - 0.1 * h.mean()
-    value = 0.5 * np.mean((np.array([3.0, 1.0]) - [1.0, 2.0]) ** 2)
+    policy = -np.sum(adv * log_pi_a) - 0.1 * h.sum()  # sums over the batch, as GA3C
+    value = 0.5 * np.sum((np.array([3.0, 1.0]) - [1.0, 2.0]) ** 2)
     np.testing.assert_allclose([aux.policy_loss, aux.value_loss, aux.entropy, loss],
                                [policy, value, h.mean(), policy + value], rtol=1e-5)
     assert float(aux.advantage) == pytest.approx(0.5)
@@ -56,7 +56,7 @@ def test_a3c_loss_value_gradient_comes_from_the_value_loss_alone():
     logits, v = jnp.zeros((3, 4)), jnp.array([0.5, -1.0, 2.0])
     a, g = jnp.array([0, 1, 3]), jnp.array([1.0, 1.0, 1.0])
     grad_v = jax.grad(lambda v: a3c_loss(logits, v, a, g, value_cost=0.5)[0])(v)
-    np.testing.assert_allclose(grad_v, -0.5 * 2 * (g - v) / 3, rtol=1e-6)  # advantage stopped
+    np.testing.assert_allclose(grad_v, -0.5 * 2 * (g - v), rtol=1e-6)  # advantage stopped
     grad_g = jax.grad(lambda g: a3c_loss(logits, v, a, g)[0])(g)
     np.testing.assert_array_equal(grad_g, 0.0)  # returns are targets
 

@@ -14,10 +14,12 @@ with ``s'_t`` the observation step t reached before any reset. A terminal step's
 counts and nothing is bootstrapped after it. (NVlabs' GA3C drops the last reward of an
 episode; this does not.)
 
-**Loss**, means over the batch of ``B`` steps, advantages ``A = G - V`` with no gradient:
+**Loss**, summed over the batch of ``B`` steps as A3C accumulates its gradients over a
+rollout and GA3C sums over a training batch (the paper's step size 3e-4 with RMSProp's
+epsilon 0.1 is for sums), advantages ``A = G - V`` with no gradient:
 
-    policy  = -mean(A * log pi(a|s)) - entropy_cost * mean(H(pi(.|s)))
-    value   = value_cost * mean((G - V(s))^2)
+    policy  = -sum(A * log pi(a|s)) - entropy_cost * sum(H(pi(.|s)))
+    value   = value_cost * sum((G - V(s))^2)
 
 ``log_epsilon > 0`` is GA3C's guard against policy lag: ``log(pi + log_epsilon)`` in place of
 ``log pi`` (in the entropy too), which bounds the gradient of a probability near zero that
@@ -32,8 +34,8 @@ import optax
 
 
 class A3CAux(NamedTuple):
-    policy_loss: jax.Array  # including the entropy bonus
-    value_loss: jax.Array
+    policy_loss: jax.Array  # including the entropy bonus; summed over the batch
+    value_loss: jax.Array  # summed over the batch
     entropy: jax.Array  # mean entropy of pi over the batch
     advantage: jax.Array  # mean advantage G - V
 
@@ -65,10 +67,10 @@ def a3c_loss(logits_t: jax.Array, v_t: jax.Array, a_t: jax.Array, g_t: jax.Array
     advantage = jax.lax.stop_gradient(g_t - v_t)
     log_pi = log_policy(logits_t, log_epsilon)
     log_pi_a = jnp.take_along_axis(log_pi, a_t[:, None], axis=-1)[:, 0]
-    entropy = -jnp.sum(jax.nn.softmax(logits_t, axis=-1) * log_pi, axis=-1).mean()
-    policy = -jnp.mean(advantage * log_pi_a) - entropy_cost * entropy
-    value = value_cost * jnp.mean((g_t - v_t) ** 2)
-    return policy + value, A3CAux(policy, value, entropy, advantage.mean())
+    entropy_t = -jnp.sum(jax.nn.softmax(logits_t, axis=-1) * log_pi, axis=-1)
+    policy = -jnp.sum(advantage * log_pi_a) - entropy_cost * jnp.sum(entropy_t)
+    value = value_cost * jnp.sum((g_t - v_t) ** 2)
+    return policy + value, A3CAux(policy, value, entropy_t.mean(), advantage.mean())
 
 
 def rmsprop(learning_rate: float = 3e-4, decay: float = 0.99,
