@@ -52,6 +52,14 @@ def test_a3c_loss_matches_the_hand_computed_terms():
     assert float(aux.advantage) == pytest.approx(0.5)
 
 
+def test_a3c_loss_mask_leaves_padding_out():
+    logits = jnp.array([[0.3, -0.2], [1.0, 0.0], [5.0, -5.0]])
+    v, a, g = jnp.array([1.0, 2.0, 9.0]), jnp.array([1, 0, 1]), jnp.array([3.0, 1.0, -9.0])
+    padded = a3c_loss(logits, v, a, g, jnp.array([1.0, 1.0, 0.0]))
+    alone = a3c_loss(logits[:2], v[:2], a[:2], g[:2])
+    np.testing.assert_allclose(jax.tree.leaves(padded), jax.tree.leaves(alone), rtol=1e-6)
+
+
 def test_a3c_loss_value_gradient_comes_from_the_value_loss_alone():
     logits, v = jnp.zeros((3, 4)), jnp.array([0.5, -1.0, 2.0])
     a, g = jnp.array([0, 1, 3]), jnp.array([1.0, 1.0, 1.0])

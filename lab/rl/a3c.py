@@ -47,15 +47,17 @@ def log_policy(logits: jax.Array, log_epsilon: float = 0.0) -> jax.Array:
     return jnp.log(jax.nn.softmax(logits, axis=-1) + log_epsilon)
 
 
-def a3c_loss(logits_t: jax.Array, v_t: jax.Array, a_t: jax.Array, g_t: jax.Array, *,
-             entropy_cost: float = 0.01, value_cost: float = 0.5,
-             log_epsilon: float = 0.0) -> tuple[jax.Array, A3CAux]:
+def a3c_loss(logits_t: jax.Array, v_t: jax.Array, a_t: jax.Array, g_t: jax.Array,
+             mask_t: jax.Array | None = None, *, entropy_cost: float = 0.01,
+             value_cost: float = 0.5, log_epsilon: float = 0.0) -> tuple[jax.Array, A3CAux]:
     """The A3C loss of a flat batch.
 
     Args:
       logits_t: ``(B, A)`` policy logits; ``v_t``: ``(B,)`` state values.
       a_t: ``(B,)`` the actions taken (int); ``g_t``: ``(B,)`` their returns
-        (:func:`bootstrapped_returns`), no gradient.
+        (``lab.rl.returns.bootstrapped_returns``), no gradient.
+      mask_t: ``(B,)`` 1 for the steps that count, 0 for padding (a batch padded to a
+        compiled size); None counts every step.
 
     Returns ``(policy + value loss, aux)``.
     """
@@ -63,14 +65,17 @@ def a3c_loss(logits_t: jax.Array, v_t: jax.Array, a_t: jax.Array, g_t: jax.Array
     if v_t.shape != (b,) or a_t.shape != (b,) or g_t.shape != (b,):
         raise ValueError(f"a3c_loss needs logits (B, A) and (B,) values, actions and returns; "
                          f"got {logits_t.shape}, {v_t.shape}, {a_t.shape}, {g_t.shape}")
+    mask_t = jnp.ones((b,)) if mask_t is None else mask_t
     g_t = jax.lax.stop_gradient(g_t)
     advantage = jax.lax.stop_gradient(g_t - v_t)
     log_pi = log_policy(logits_t, log_epsilon)
     log_pi_a = jnp.take_along_axis(log_pi, a_t[:, None], axis=-1)[:, 0]
     entropy_t = -jnp.sum(jax.nn.softmax(logits_t, axis=-1) * log_pi, axis=-1)
-    policy = -jnp.sum(advantage * log_pi_a) - entropy_cost * jnp.sum(entropy_t)
-    value = value_cost * jnp.sum((g_t - v_t) ** 2)
-    return policy + value, A3CAux(policy, value, entropy_t.mean(), advantage.mean())
+    policy = -jnp.sum(mask_t * (advantage * log_pi_a + entropy_cost * entropy_t))
+    value = value_cost * jnp.sum(mask_t * (g_t - v_t) ** 2)
+    steps = jnp.maximum(mask_t.sum(), 1.0)
+    return policy + value, A3CAux(policy, value, jnp.sum(mask_t * entropy_t) / steps,
+                                  jnp.sum(mask_t * advantage) / steps)
 
 
 def rmsprop(learning_rate: float = 3e-4, decay: float = 0.99,

@@ -31,15 +31,10 @@ from lab.rl.returns import bootstrapped_returns
 
 
 @dataclasses.dataclass(frozen=True)
-class A2CConfig:
-    """The jitted A2C's settings; the defaults are GA3C's where it has them."""
+class Hyper:
+    """The loss, optimizer and network every execution shares (jitted A2C, host GA3C, host
+    A3C); the defaults are GA3C's."""
 
-    envs: int = 16
-    """Games stepped in parallel (GA3C's agents)."""
-    t_max: int = 5
-    """Steps per rollout before an update."""
-    lag: int = 0
-    """Act with the parameters of ``lag`` updates ago (0: the current ones)."""
     learning_rate: float = 3e-4
     rms_decay: float = 0.99
     rms_eps: float = 0.1
@@ -53,13 +48,30 @@ class A2CConfig:
     torso: str = "minatar"
 
     def __post_init__(self):
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+
+
+@dataclasses.dataclass(frozen=True)
+class A2CConfig:
+    """The jitted A2C's settings."""
+
+    envs: int = 16
+    """Games stepped in parallel (GA3C's agents)."""
+    t_max: int = 5
+    """Steps per rollout before an update."""
+    lag: int = 0
+    """Act with the parameters of ``lag`` updates ago (0: the current ones)."""
+    hyper: Hyper = Hyper()
+
+    def __post_init__(self):
         for name in ("envs", "t_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.lag < 0:
             raise ValueError(f"lag must be 0 or more updates, got {self.lag}")
-        if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
 
     @property
     def steps_per_update(self) -> int:
@@ -88,19 +100,32 @@ class Metrics(NamedTuple):
     entropy: jax.Array
 
 
-def optimizer(config: A2CConfig) -> optax.GradientTransformation:
-    opt = rmsprop(config.learning_rate, config.rms_decay, config.rms_eps)
-    return optax.chain(optax.clip_by_global_norm(config.clip_norm), opt) \
-        if config.clip_norm > 0 else opt
+def optimizer(hyper: Hyper) -> optax.GradientTransformation:
+    opt = rmsprop(hyper.learning_rate, hyper.rms_decay, hyper.rms_eps)
+    return optax.chain(optax.clip_by_global_norm(hyper.clip_norm), opt) \
+        if hyper.clip_norm > 0 else opt
+
+
+def init_model(hyper: Hyper, task: MinAtarTask, key: jax.Array) -> ActorCritic:
+    return ActorCritic(task.obs_shape, task.num_actions, hyper.torso, key=key)
+
+
+def loss_on_steps(hyper: Hyper, model: ActorCritic, obs: jax.Array, action: jax.Array,
+                  g: jax.Array, mask: jax.Array | None = None):
+    """The A3C loss of ``model`` on a flat batch of steps with their returns."""
+    logits, v = jax.vmap(model)(obs)
+    return a3c_loss(logits, v, action, g, mask, entropy_cost=hyper.entropy_cost,
+                    value_cost=hyper.value_cost, log_epsilon=hyper.log_epsilon)
 
 
 def make_train(config: A2CConfig, task: MinAtarTask):
     """``(init, run)`` for ``config`` on ``task``; see the module docstring."""
-    opt = optimizer(config)
+    hyper = config.hyper
+    opt = optimizer(hyper)
 
     def init(key: jax.Array) -> Run:
         k_net, k_env, k_run = jax.random.split(key, 3)
-        model = ActorCritic(task.obs_shape, task.num_actions, config.torso, key=k_net)
+        model = init_model(hyper, task, k_net)
         params = eqx.filter(model, eqx.is_array)
         obs, env_state = jax.vmap(task.reset)(jax.random.split(k_env, config.envs))
         ring = jax.tree.map(lambda p: jnp.stack([p] * (config.lag + 1)), params)
@@ -128,15 +153,12 @@ def make_train(config: A2CConfig, task: MinAtarTask):
 
     def loss(model, steps):
         obs, action, reward, terminated, end, final_obs, _ = steps
-        net = jax.vmap(jax.vmap(model))
-        logits, v = net(obs)
-        _, v_final = net(final_obs)
-        discount = config.gamma * (1.0 - terminated.astype(jnp.float32))
+        _, v_final = jax.vmap(jax.vmap(model))(final_obs)
+        discount = hyper.gamma * (1.0 - terminated.astype(jnp.float32))
         g = bootstrapped_returns(reward, discount, end, v_final)  # (t_max, envs)
         n = config.steps_per_update
-        return a3c_loss(logits.reshape(n, -1), v.reshape(n), action.reshape(n), g.reshape(n),
-                        entropy_cost=config.entropy_cost, value_cost=config.value_cost,
-                        log_epsilon=config.log_epsilon)
+        return loss_on_steps(hyper, model, obs.reshape(n, *obs.shape[2:]), action.reshape(n),
+                             g.reshape(n))
 
     def update(run: Run, _) -> tuple[Run, Metrics]:
         key, k_roll = jax.random.split(run.key)
