@@ -1,0 +1,531 @@
+"""GA3C and per-agent A3C on the host: agent threads step their own game, and either share
+batched predictions and trainings through queues (GA3C) or each run their own (A3C).
+
+Babaeizadeh, Frosio, Tyree, Clemons & Kautz, "Reinforcement Learning through Asynchronous
+Advantage Actor-Critic on a GPU" (ICLR 2017); reference code NVlabs/GA3C.
+
+**GA3C** (``run_ga3c``). Each *agent* steps one game on the host. To act it puts its
+observation on the **prediction queue** and waits; a *predictor* thread takes whatever is
+waiting (up to ``prediction_batch`` states), runs one jitted batched forward pass with the
+current parameters, samples the actions and hands each agent its action, the value and the
+parameters' *version*. After ``t_max`` steps (or the end of an episode) the agent computes
+its returns, bootstrapped from the predicted value (``lab.rl.returns``), and puts the
+experience on the **training queue**; a *trainer* thread gathers ``training_batch`` steps
+from it and takes one jitted RMSProp step on the A3C loss (``lab.rl.a3c``), which makes a new
+version. Each step trained on carries the version it acted with, so the **policy lag** of
+every update is measured: the version trained minus the version acted with.
+
+Deviations from NVlabs/GA3C: a trainer trains on exactly ``training_batch`` steps (the
+remainder waits for its next update) so one update is compiled once; predictions are padded
+to a power of two (a few compiled sizes, all compiled before the threads start).
+
+**A3C** (``run_a3c``): the design GA3C replaced. Each agent runs its own forward pass for
+every step (batch 1) and its own update on its own ``t_max`` steps; the shared parameters are
+updated under a lock (A3C's Hogwild updates have no lock; in one Python process the GIL
+serialises them anyway).
+
+**Dynamic adjustment** (``adjust`` in ``run_ga3c``): every ``window`` seconds move one of the
+counts (agents, predictors, trainers) by one, keep the move if trainings per second rose,
+else undo it.
+
+Threads follow one pattern: a ``threading.Event`` to stop, every ``Queue.get`` bounded by a
+timeout, an exception in any thread is kept and re-raised by the caller once every thread
+has been joined, and every thread is joined on every exit path (Stop, an error, Ctrl-C).
+"""
+
+import dataclasses
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lab.envs.minatar import MinAtarTask
+from lab.rl.returns import bootstrapped_returns
+from lab.train.a2c import Hyper, init_model, loss_on_steps, optimizer
+
+POLL = 0.05  # seconds a thread blocks on a queue before it checks whether to stop
+
+
+@dataclasses.dataclass(frozen=True)
+class GA3CConfig:
+    """The host executions' settings (GA3C and per-agent A3C)."""
+
+    game: str = "breakout"
+    sticky: float = 0.0
+    agents: int = 16
+    predictors: int = 1
+    """Predictor threads (GA3C only)."""
+    trainers: int = 1
+    """Trainer threads (GA3C only)."""
+    t_max: int = 5
+    prediction_batch: int = 32
+    """Most states one forward pass takes (GA3C only)."""
+    training_batch: int = 40
+    """Steps per update (GA3C only); A3C updates on each agent's own t_max steps."""
+    hyper: Hyper = Hyper()
+
+    def __post_init__(self):
+        for name in ("agents", "predictors", "trainers", "t_max", "prediction_batch",
+                     "training_batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        MinAtarTask(self.game, self.sticky)  # an unknown game fails here, before any work
+
+    @property
+    def task(self) -> MinAtarTask:
+        return MinAtarTask(self.game, self.sticky)
+
+
+class Experience(NamedTuple):
+    """One agent's rollout of up to t_max steps, ready to train on."""
+
+    obs: np.ndarray  # (n, H, W, C)
+    action: np.ndarray  # (n,) int32
+    g: np.ndarray  # (n,) bootstrapped returns
+    version: np.ndarray  # (n,) the parameters' version each action was chosen with
+
+
+class Stats:
+    """Counters and samples the threads write and the caller reads (under one lock)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.start = time.perf_counter()
+        self.env_steps = self.predictions = self.trainings = self.prediction_calls = 0
+        self.episodes: list[tuple[float, int, float]] = []  # (seconds, env steps, return)
+        self.lags: list[np.ndarray] = []  # per update: version trained - version acted
+        self.batch_sizes: list[int] = []  # states per forward pass
+        self.latencies: list[float] = []  # seconds from a state queued to its action back
+
+    def add(self, **counts: int) -> None:
+        with self.lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
+
+
+class Params:
+    """The shared parameters and their version: updates swap both under a lock; readers
+    take a consistent (params, version) pair."""
+
+    def __init__(self, model, opt_state):
+        self.lock = threading.Lock()
+        self.model, self.opt_state, self.version = model, opt_state, 0
+
+    def read(self) -> tuple[Any, int]:
+        with self.lock:
+            return self.model, self.version
+
+    def apply(self, update: Callable, *batch) -> np.ndarray:
+        """Take one update on ``batch`` (``update(model, opt_state, *batch) -> (model,
+        opt_state)``); returns the lags of its steps (``batch[-1]`` holds their versions)."""
+        with self.lock:
+            self.model, self.opt_state = update(self.model, self.opt_state, *batch[:-1])
+            lags = lags_of(batch[-1], self.version)
+            self.version += 1
+        return lags
+
+
+def lags_of(versions_acted: np.ndarray, version_trained: int) -> np.ndarray:
+    """Policy lag of each step: how many updates its parameters trail the trained ones."""
+    return version_trained - np.asarray(versions_acted)
+
+
+# --- the jitted pieces, compiled once before any thread starts ---------------------------------
+
+def _buckets(most: int) -> list[int]:
+    """Powers of two up to the first one at least ``most``."""
+    return [2 ** i for i in range(int(np.ceil(np.log2(max(most, 1)))) + 1)]
+
+
+class Compiled(NamedTuple):
+    forward: Callable  # (model, obs (B, ...)) -> (probs, values)
+    update: Callable  # (model, opt_state, obs, action, g, mask) -> (model, opt_state)
+    returns: Callable  # (reward, discount, end, v_next) (t_max,) -> g
+    env_step: Callable  # (key, state, action) -> (obs, state, step)
+    env_reset: Callable
+
+
+def compile_all(config: GA3CConfig, model, opt_state, update_sizes: list[int],
+                forward_sizes: list[int]) -> Compiled:
+    """Compile every function the threads call, at every size they will call it with."""
+    hyper, task = config.hyper, config.task
+    opt = optimizer(hyper)
+
+    @eqx.filter_jit
+    def forward(model, obs):
+        logits, v = jax.vmap(model)(obs)
+        return jax.nn.softmax(logits), v
+
+    @eqx.filter_jit
+    def update(model, opt_state, obs, action, g, mask):
+        grads = eqx.filter_grad(lambda m: loss_on_steps(hyper, m, obs, action, g, mask)[0])(
+            model)
+        updates, opt_state = opt.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+        return eqx.apply_updates(model, updates), opt_state
+
+    returns = jax.jit(bootstrapped_returns)
+    env_step, env_reset = jax.jit(task.step), jax.jit(task.reset)
+    shape = task.obs_shape
+    obs, state = env_reset(jax.random.key(0))
+    env_step(jax.random.key(0), state, 0)
+    for n in forward_sizes:
+        forward(model, jnp.zeros((n, *shape)))
+    for n in update_sizes:
+        update(model, opt_state, jnp.zeros((n, *shape)), jnp.zeros(n, jnp.int32),
+               jnp.zeros(n), jnp.ones(n))
+    t = config.t_max
+    for n in range(1, t + 1):  # an episode can end after any step of a rollout
+        returns(jnp.zeros(n), jnp.zeros(n), jnp.zeros(n, bool), jnp.zeros(n))
+    return Compiled(forward, update, returns, env_step, env_reset)
+
+
+def take_batch(source: queue.Queue, most: int, timeout: float = POLL) -> list:
+    """Whatever is waiting on ``source``, up to ``most`` items: blocks (at most ``timeout``
+    seconds) for the first, then takes the others without waiting. [] if nothing came."""
+    try:
+        batch = [source.get(timeout=timeout)]
+    except queue.Empty:
+        return []
+    while len(batch) < most:
+        try:
+            batch.append(source.get_nowait())
+        except queue.Empty:
+            break
+    return batch
+
+
+def sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One action per row of ``probs`` (inverse-CDF sampling)."""
+    cdf = np.cumsum(probs, axis=-1)
+    u = rng.random((len(probs), 1)) * cdf[:, -1:]
+    return np.minimum((cdf < u).sum(axis=-1), probs.shape[-1] - 1).astype(np.int32)
+
+
+# --- threads --------------------------------------------------------------------------------
+
+class Threads:
+    """A group of worker threads with one shared stop event and one error slot; a thread
+    can also be retired alone (the dynamic adjustment)."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.pools: dict[str, list[tuple[threading.Thread, threading.Event]]] = {}
+
+    def start(self, pool: str, target: Callable[[threading.Event], None]) -> None:
+        retire = threading.Event()
+
+        def run():
+            try:
+                target(retire)
+            except BaseException as err:  # noqa: BLE001 - reported to the caller
+                self.errors.append(err)
+                self.stop.set()
+
+        thread = threading.Thread(target=run, name=f"{pool}-{len(self.pools.get(pool, []))}",
+                                  daemon=True)
+        self.pools.setdefault(pool, []).append((thread, retire))
+        thread.start()
+
+    def retire(self, pool: str) -> None:
+        """Stop the newest thread of ``pool`` and wait for it."""
+        thread, retire = self.pools[pool].pop()
+        retire.set()
+        thread.join()
+
+    def count(self, pool: str) -> int:
+        return len(self.pools.get(pool, []))
+
+    def running(self, retire: threading.Event) -> bool:
+        return not (self.stop.is_set() or retire.is_set())
+
+    def join(self) -> None:
+        """Stop every thread and wait for all of them."""
+        self.stop.set()
+        for thread, retire in itertools.chain.from_iterable(self.pools.values()):
+            retire.set()
+            thread.join()
+        self.pools.clear()
+
+
+class Stopped(Exception):
+    """Raised inside an agent when the run stops while it waits for an action."""
+
+
+def agent_loop(index: int, config: GA3CConfig, jitted: Compiled, act: Callable,
+               submit: Callable, stats: Stats, keep_going: Callable[[], bool]) -> None:
+    """One agent: step its game with actions from ``act(obs) -> (action, value, version)``
+    and ``submit`` each rollout of up to ``t_max`` steps as an ``Experience``, its returns
+    bootstrapped from the value of the state after it (the value the next action's
+    prediction brings; the final observation's after a truncation; 0 after a termination).
+    Returns when ``keep_going()`` turns false or ``act`` raises ``Stopped``."""
+    keys = jax.random.split(jax.random.key(1000 + index), 1)  # refilled 256 at a time
+    used = len(keys)
+
+    def next_key():
+        nonlocal keys, used
+        if used == len(keys):
+            keys, used = jax.random.split(keys[-1], 257)[1:], 0
+        used += 1
+        return keys[used - 1]
+
+    gamma, rows = config.hyper.gamma, []  # rows: (obs, action, reward, terminated, version)
+
+    def finish(v_next: float) -> None:
+        nonlocal rows
+        reward = np.array([r[2] for r in rows], np.float32)
+        discount = gamma * (1.0 - np.array([r[3] for r in rows], np.float32))
+        n = len(rows)
+        end, v = np.arange(n) == n - 1, np.where(np.arange(n) == n - 1, v_next, 0.0)
+        g = np.asarray(jitted.returns(reward, discount, end, v.astype(np.float32)))
+        submit(Experience(np.stack([r[0] for r in rows]), np.array([r[1] for r in rows],
+                          np.int32), g, np.array([r[4] for r in rows])))
+        rows = []
+
+    obs, state = jitted.env_reset(next_key())
+    obs, episode_return = np.asarray(obs), 0.0
+    try:
+        while keep_going():
+            action, value, version = act(obs)
+            if len(rows) == config.t_max:
+                finish(value)
+            obs2, state, step = jitted.env_step(next_key(), state, action)
+            terminated, truncated = bool(step.terminated), bool(step.truncated)
+            rows.append((obs, action, float(step.reward), terminated, version))
+            episode_return += float(step.reward)
+            stats.add(env_steps=1)
+            if terminated or truncated:
+                finish(0.0 if terminated else act(np.asarray(step.final_obs))[1])
+                with stats.lock:
+                    stats.episodes.append((stats.seconds(), stats.env_steps, episode_return))
+                episode_return = 0.0
+            obs = np.asarray(obs2)
+    except Stopped:
+        return
+
+
+class Result(NamedTuple):
+    """What a host run measured."""
+
+    model: Any  # the final network
+    seconds: float
+    env_steps: int
+    predictions: int
+    trainings: int
+    episodes: np.ndarray  # (E, 3): seconds, environment steps, return of each episode
+    lags: np.ndarray  # policy lag of every step trained on
+    batch_sizes: np.ndarray  # states per forward pass
+    latencies: np.ndarray  # seconds from a state queued to its action back
+    trace: np.ndarray  # the dynamic adjustment: (W, 5) seconds, agents, predictors,
+    #                    trainers, trainings per second over the window (empty when off)
+
+    def rate(self, name: str) -> float:
+        """``env_steps``, ``predictions`` or ``trainings`` per second."""
+        return getattr(self, name) / self.seconds
+
+
+def _result(params: Params, stats: Stats, trace: list) -> Result:
+    with stats.lock:
+        return Result(params.read()[0], stats.seconds(), stats.env_steps, stats.predictions,
+                      stats.trainings, np.array(stats.episodes).reshape(-1, 3),
+                      np.concatenate(stats.lags) if stats.lags else np.zeros(0, int),
+                      np.array(stats.batch_sizes, int), np.array(stats.latencies),
+                      np.array(trace).reshape(-1, 5))
+
+
+def _drive(threads: Threads, stats: Stats, *, env_steps: int | None, seconds: float | None,
+           callback: Callable | None, every: float, tick: Callable[[], None] | None = None
+           ) -> None:
+    """Wait until ``env_steps`` or ``seconds`` is reached, a thread fails, or ``callback``
+    returns False; call ``tick`` and ``callback(stats)`` every ``every`` seconds."""
+    if env_steps is None and seconds is None:
+        raise ValueError("give env_steps or seconds: when the run ends")
+    while not threads.stop.wait(every):
+        if tick is not None:
+            tick()
+        if callback is not None and callback(stats) is False:
+            return
+        if (env_steps is not None and stats.env_steps >= env_steps) or (
+                seconds is not None and stats.seconds() >= seconds):
+            return
+
+
+def run_ga3c(config: GA3CConfig, key: jax.Array, *, env_steps: int | None = None,
+             seconds: float | None = None, adjust: float = 0.0,
+             limits: tuple[int, int, int] = (64, 8, 8), callback: Callable | None = None,
+             every: float = 0.5, seed: int = 0) -> Result:
+    """GA3C with ``config``'s counts until ``env_steps`` or ``seconds``; see the module
+    docstring. ``adjust`` > 0 turns the dynamic adjustment on with windows of that many
+    seconds, each count kept within 1 and ``limits`` (agents, predictors, trainers)."""
+    hyper, task = config.hyper, config.task
+    model = init_model(hyper, task, key)
+    params = Params(model, optimizer(hyper).init(eqx.filter(model, eqx.is_array)))
+    sizes = _buckets(config.prediction_batch)
+    jitted = compile_all(config, model, params.opt_state, [config.training_batch], sizes)
+    predictions, trainings = queue.Queue(), queue.Queue()
+    replies: dict[int, queue.Queue] = {}
+    stats, threads, rng = Stats(), Threads(), np.random.default_rng(seed)
+    counter = itertools.count()
+
+    def predictor(retire):
+        while threads.running(retire):
+            batch = take_batch(predictions, config.prediction_batch)
+            if not batch:
+                continue
+            n = len(batch)
+            size = next(b for b in sizes if b >= n)
+            obs = np.zeros((size, *task.obs_shape), np.float32)
+            obs[:n] = np.stack([b[1] for b in batch])
+            model, version = params.read()
+            probs, values = jitted.forward(model, obs)
+            actions = sample(np.asarray(probs)[:n], rng)
+            values, now = np.asarray(values), time.perf_counter()
+            for j, (agent, _, _) in enumerate(batch):
+                replies[agent].put((int(actions[j]), float(values[j]), version))
+            with stats.lock:
+                stats.predictions += n
+                stats.prediction_calls += 1
+                stats.batch_sizes.append(n)
+                stats.latencies.extend(now - b[2] for b in batch)
+
+    def trainer(retire):
+        pending: list[Experience] = []
+        while threads.running(retire):
+            try:
+                pending.append(trainings.get(timeout=POLL))
+            except queue.Empty:
+                continue
+            if sum(len(e.g) for e in pending) < config.training_batch:
+                continue
+            steps = Experience(*(np.concatenate(f) for f in zip(*pending, strict=True)))
+            b = config.training_batch
+            now = Experience(*(f[:b] for f in steps))
+            rest = Experience(*(f[b:] for f in steps))
+            pending = [rest] if len(rest.g) else []
+            lags = params.apply(jitted.update, now.obs, now.action, now.g, np.ones(b, np.float32),
+                                now.version)
+            with stats.lock:
+                stats.trainings += 1
+                stats.lags.append(lags)
+
+    def agent(retire):
+        index = next(counter)
+        replies[index] = queue.Queue()
+
+        def act(obs):
+            predictions.put((index, obs, time.perf_counter()))
+            while True:
+                try:
+                    return replies[index].get(timeout=POLL)
+                except queue.Empty:
+                    if not threads.running(retire):
+                        raise Stopped from None
+
+        agent_loop(index, config, jitted, act, trainings.put, stats,
+                   lambda: threads.running(retire))
+
+    pools = {"agents": agent, "predictors": predictor, "trainers": trainer}
+    counts = {"agents": config.agents, "predictors": config.predictors,
+              "trainers": config.trainers}
+    trace, tick = [], None
+    if adjust > 0:
+        tick = _adjuster(threads, pools, dict(zip(pools, limits, strict=True)), stats,
+                         adjust, trace, rng)
+    try:
+        for pool, n in counts.items():
+            for _ in range(n):
+                threads.start(pool, pools[pool])
+        _drive(threads, stats, env_steps=env_steps, seconds=seconds, callback=callback,
+               every=min(every, adjust) if adjust > 0 else every, tick=tick)
+    finally:
+        threads.join()
+    if threads.errors:
+        raise threads.errors[0]
+    return _result(params, stats, trace)
+
+
+def _adjuster(threads: Threads, pools: dict, limits: dict, stats: Stats, window: float,
+              trace: list, rng: np.random.Generator) -> Callable[[], None]:
+    """GA3C's dynamic adjustment as a ``tick``: at the end of each window compare its
+    trainings per second with the previous window's, undo the last move if it did not help,
+    then try a new move (one count up or down by one, at random, within the limits)."""
+    state = {"since": stats.seconds(), "trainings": stats.trainings, "best": None,
+             "move": None}
+
+    def move(pool: str, step: int) -> None:
+        if step > 0:
+            threads.start(pool, pools[pool])
+        else:
+            threads.retire(pool)
+
+    def tick():
+        now = stats.seconds()
+        if now - state["since"] < window:
+            return
+        tps = (stats.trainings - state["trainings"]) / (now - state["since"])
+        trace.append((now, *(threads.count(p) for p in pools), tps))
+        if state["move"] is not None and state["best"] is not None and tps <= state["best"]:
+            pool, step = state["move"]
+            move(pool, -step)  # it did not help: undo
+        else:
+            state["best"] = tps
+        options = [(p, s) for p in pools for s in (1, -1)
+                   if 1 <= threads.count(p) + s <= limits[p]]
+        state["move"] = options[rng.integers(len(options))]
+        move(*state["move"])
+        state["since"], state["trainings"] = stats.seconds(), stats.trainings
+
+    return tick
+
+
+def run_a3c(config: GA3CConfig, key: jax.Array, *, env_steps: int | None = None,
+            seconds: float | None = None, callback: Callable | None = None,
+            every: float = 0.5, seed: int = 0) -> Result:
+    """Per-agent A3C with ``config.agents`` agents; see the module docstring."""
+    hyper, task = config.hyper, config.task
+    model = init_model(hyper, task, key)
+    params = Params(model, optimizer(hyper).init(eqx.filter(model, eqx.is_array)))
+    jitted = compile_all(config, model, params.opt_state, [config.t_max], [1])
+    stats, threads = Stats(), Threads()
+    rngs = np.random.default_rng(seed).spawn(config.agents)
+    t = config.t_max
+
+    def agent(retire, index):
+        def act(obs):
+            model, version = params.read()
+            probs, values = jitted.forward(model, obs[None])
+            stats.add(predictions=1, prediction_calls=1)
+            return int(sample(np.asarray(probs), rngs[index])[0]), float(values[0]), version
+
+        def submit(e: Experience):
+            n, pad = len(e.g), t - len(e.g)
+            lags = params.apply(
+                jitted.update, np.concatenate([e.obs, np.zeros((pad, *e.obs.shape[1:]))]),
+                np.pad(e.action, (0, pad)), np.pad(e.g, (0, pad)),
+                (np.arange(t) < n).astype(np.float32), e.version)
+            with stats.lock:
+                stats.trainings += 1
+                stats.lags.append(lags)
+
+        agent_loop(index, config, jitted, act, submit, stats, lambda: threads.running(retire))
+
+    try:
+        for i in range(config.agents):
+            threads.start("agents", lambda retire, i=i: agent(retire, i))
+        _drive(threads, stats, env_steps=env_steps, seconds=seconds, callback=callback,
+               every=every)
+    finally:
+        threads.join()
+    if threads.errors:
+        raise threads.errors[0]
+    return _result(params, stats, [])

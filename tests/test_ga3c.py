@@ -1,0 +1,110 @@
+"""Host GA3C and A3C: queue batching, lag bookkeeping, sampling, and threads that end on
+every exit path (a run's end, an error in a thread, Ctrl-C)."""
+
+import queue
+import threading
+
+import jax
+import numpy as np
+import pytest
+
+from lab.train import ga3c
+from lab.train.ga3c import GA3CConfig, Params, lags_of, run_a3c, run_ga3c, sample, take_batch
+
+TINY = GA3CConfig(game="breakout", agents=3, prediction_batch=4, training_batch=10)
+
+
+def test_take_batch_takes_everything_waiting_in_one_call():
+    q = queue.Queue()
+    for i in range(7):
+        q.put(i)
+    assert take_batch(q, most=32) == list(range(7))  # 7 waiting states: one batch of 7
+    for i in range(7):
+        q.put(i)
+    assert take_batch(q, most=4) == [0, 1, 2, 3] and take_batch(q, most=4) == [4, 5, 6]
+    assert take_batch(q, most=4, timeout=0.01) == []
+
+
+def test_lags_follow_a_known_schedule_of_versions():
+    assert lags_of(np.array([0, 0, 1, 2]), 3).tolist() == [3, 3, 2, 1]
+    params = Params(model="m", opt_state="o")
+    calls = []
+
+    def update(model, opt_state, *batch):
+        calls.append(batch)
+        return model, opt_state
+
+    # versions the steps acted with, against the version each update trains
+    assert params.apply(update, "batch", np.array([0, 0])).tolist() == [0, 0]
+    assert params.apply(update, "batch", np.array([0, 1])).tolist() == [1, 0]
+    assert params.apply(update, "batch", np.array([0, 2, 2])).tolist() == [2, 0, 0]
+    assert params.read() == ("m", 3) and calls == [("batch",)] * 3
+
+
+def test_sample_follows_the_probabilities():
+    rng = np.random.default_rng(0)
+    probs = np.tile([0.2, 0.0, 0.8], (20_000, 1))
+    counts = np.bincount(sample(probs, rng), minlength=3) / 20_000
+    np.testing.assert_allclose(counts, [0.2, 0.0, 0.8], atol=0.01)
+    assert sample(np.array([[0.0, 1.0]]), rng).tolist() == [1]
+
+
+def threads_now() -> int:
+    return threading.active_count()
+
+
+@pytest.mark.slow
+def test_ga3c_and_a3c_run_measure_and_leave_no_thread_behind():
+    before = threads_now()
+    r = run_ga3c(TINY, jax.random.key(0), env_steps=300)
+    assert threads_now() == before
+    assert r.env_steps >= 300 and r.trainings >= 1 and r.predictions >= r.env_steps
+    assert 1 <= r.batch_sizes.max() <= 4 and len(r.latencies) == r.predictions
+    assert len(r.lags) == r.trainings * TINY.training_batch and r.lags.min() >= 0
+    assert len(r.episodes) >= 1 and r.rate("env_steps") > 0
+    a = run_a3c(TINY, jax.random.key(0), env_steps=150)
+    assert threads_now() == before
+    assert a.env_steps >= 150 and a.trainings >= 1 and a.predictions >= a.env_steps
+
+
+@pytest.mark.slow
+def test_an_error_in_a_thread_reaches_the_caller_and_stops_every_thread(monkeypatch):
+    before = threads_now()
+
+    def broken(probs, rng):
+        raise RuntimeError("predictor failed")
+
+    monkeypatch.setattr(ga3c, "sample", broken)
+    with pytest.raises(RuntimeError, match="predictor failed"):
+        run_ga3c(TINY, jax.random.key(0), seconds=600)
+    assert threads_now() == before
+
+
+@pytest.mark.slow
+def test_ctrl_c_and_stop_join_every_thread():
+    before = threads_now()
+    seen = []
+
+    def interrupt(stats):
+        seen.append(stats.env_steps)
+        if stats.env_steps > 0:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_ga3c(TINY, jax.random.key(0), seconds=600, callback=interrupt, every=0.05)
+    assert threads_now() == before
+    stopped = run_a3c(TINY, jax.random.key(0), seconds=600, every=0.05,
+                      callback=lambda stats: stats.env_steps < 20)  # False: Stop
+    assert stopped.env_steps >= 20 and threads_now() == before
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"t_max": 0}, "t_max must be at least 1, got 0"),
+    ({"agents": 0}, "agents must be at least 1, got 0"),
+    ({"predictors": 0}, "predictors must be at least 1, got 0"),
+    ({"trainers": 0}, "trainers must be at least 1, got 0"),
+    ({"game": "pong"}, "unknown MinAtar game 'pong'"),
+])
+def test_bad_host_settings_are_refused_before_any_work(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        GA3CConfig(**kwargs)
