@@ -70,3 +70,27 @@ def test_sticky_actions_repeat_the_previous_action_at_their_rate():
 def test_bad_settings_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         MinAtarTask(**kwargs)
+
+
+def test_host_game_matches_gymnax_layout_and_auto_resets_like_it():
+    from lab.envs.minatar import HostMinAtar
+
+    for game in ("breakout", "seaquest"):
+        host, task = HostMinAtar(game, seed=0), MinAtarTask(game)
+        obs = host.reset()
+        ref, _ = task.reset(jax.random.key(0))
+        assert obs.shape == task.obs_shape and obs.dtype == np.float32
+        # the same objects in the same channels at the start of a game
+        np.testing.assert_array_equal(obs.sum(axis=(0, 1)), np.asarray(ref).sum(axis=(0, 1)))
+    host = HostMinAtar("freeway", max_steps=4, seed=0)  # Freeway only ends by its limit
+    host.reset()
+    steps = [host.step(1)[1] for _ in range(8)]
+    assert [s.truncated for s in steps] == [False, False, False, True] * 2
+    assert not any(s.terminated for s in steps) and host.t == 0  # reset after the limit
+    breakout = HostMinAtar("breakout", seed=1)
+    breakout.reset()
+    for _ in range(500):
+        obs, s = breakout.step(0)
+        if s.terminated:
+            break
+    assert s.terminated and not np.array_equal(obs, s.final_obs)  # a new game started

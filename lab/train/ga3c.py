@@ -4,7 +4,8 @@ batched predictions and trainings through queues (GA3C) or each run their own (A
 Babaeizadeh, Frosio, Tyree, Clemons & Kautz, "Reinforcement Learning through Asynchronous
 Advantage Actor-Critic on a GPU" (ICLR 2017); reference code NVlabs/GA3C.
 
-**GA3C** (``run_ga3c``). Each *agent* steps one game on the host. To act it puts its
+**GA3C** (``run_ga3c``). Each *agent* steps one game on the host (MinAtar's own numpy
+implementation, ``lab.envs.minatar.HostMinAtar``). To act it puts its
 observation on the **prediction queue** and waits; a *predictor* thread takes whatever is
 waiting (up to ``prediction_batch`` states), runs one jitted batched forward pass with the
 current parameters, samples the actions and hands each agent its action, the value and the
@@ -46,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lab.envs.minatar import MinAtarTask
+from lab.envs.minatar import HostMinAtar, MinAtarTask
 from lab.rl.returns import bootstrapped_returns
 from lab.train.a2c import Hyper, init_model, loss_on_steps, optimizer
 
@@ -151,8 +152,6 @@ class Compiled(NamedTuple):
     forward: Callable  # (model, obs (B, ...)) -> (probs, values)
     update: Callable  # (model, opt_state, obs, action, g, mask) -> (model, opt_state)
     returns: Callable  # (reward, discount, end, v_next) (t_max,) -> g
-    env_step: Callable  # (key, state, action) -> (obs, state, step)
-    env_reset: Callable
 
 
 def compile_all(config: GA3CConfig, model, opt_state, update_sizes: list[int],
@@ -174,10 +173,7 @@ def compile_all(config: GA3CConfig, model, opt_state, update_sizes: list[int],
         return eqx.apply_updates(model, updates), opt_state
 
     returns = jax.jit(bootstrapped_returns)
-    env_step, env_reset = jax.jit(task.step), jax.jit(task.reset)
     shape = task.obs_shape
-    obs, state = env_reset(jax.random.key(0))
-    env_step(jax.random.key(0), state, 0)
     for n in forward_sizes:
         forward(model, jnp.zeros((n, *shape)))
     for n in update_sizes:
@@ -186,7 +182,7 @@ def compile_all(config: GA3CConfig, model, opt_state, update_sizes: list[int],
     t = config.t_max
     for n in range(1, t + 1):  # an episode can end after any step of a rollout
         returns(jnp.zeros(n), jnp.zeros(n), jnp.zeros(n, bool), jnp.zeros(n))
-    return Compiled(forward, update, returns, env_step, env_reset)
+    return Compiled(forward, update, returns)
 
 
 def take_batch(source: queue.Queue, most: int, timeout: float = POLL) -> list:
@@ -269,16 +265,7 @@ def agent_loop(index: int, config: GA3CConfig, jitted: Compiled, act: Callable,
     bootstrapped from the value of the state after it (the value the next action's
     prediction brings; the final observation's after a truncation; 0 after a termination).
     Returns when ``keep_going()`` turns false or ``act`` raises ``Stopped``."""
-    keys = jax.random.split(jax.random.key(1000 + index), 1)  # refilled 256 at a time
-    used = len(keys)
-
-    def next_key():
-        nonlocal keys, used
-        if used == len(keys):
-            keys, used = jax.random.split(keys[-1], 257)[1:], 0
-        used += 1
-        return keys[used - 1]
-
+    env = HostMinAtar(config.game, config.sticky, seed=index)
     gamma, rows = config.hyper.gamma, []  # rows: (obs, action, reward, terminated, version)
 
     def finish(v_next: float) -> None:
@@ -292,24 +279,22 @@ def agent_loop(index: int, config: GA3CConfig, jitted: Compiled, act: Callable,
                           np.int32), g, np.array([r[4] for r in rows])))
         rows = []
 
-    obs, state = jitted.env_reset(next_key())
-    obs, episode_return = np.asarray(obs), 0.0
+    obs, episode_return = env.reset(), 0.0
     try:
         while keep_going():
             action, value, version = act(obs)
             if len(rows) == config.t_max:
                 finish(value)
-            obs2, state, step = jitted.env_step(next_key(), state, action)
-            terminated, truncated = bool(step.terminated), bool(step.truncated)
-            rows.append((obs, action, float(step.reward), terminated, version))
+            obs2, step = env.step(action)
+            rows.append((obs, action, float(step.reward), step.terminated, version))
             episode_return += float(step.reward)
             stats.add(env_steps=1)
-            if terminated or truncated:
-                finish(0.0 if terminated else act(np.asarray(step.final_obs))[1])
+            if step.terminated or step.truncated:
+                finish(0.0 if step.terminated else act(step.final_obs)[1])
                 with stats.lock:
                     stats.episodes.append((stats.seconds(), stats.env_steps, episode_return))
                 episode_return = 0.0
-            obs = np.asarray(obs2)
+            obs = obs2
     except Stopped:
         return
 
