@@ -35,6 +35,7 @@ has been joined, and every thread is joined on every exit path (Stop, an error, 
 """
 
 import dataclasses
+import functools
 import itertools
 import queue
 import threading
@@ -99,6 +100,8 @@ class Stats:
     def __init__(self):
         self.lock = threading.Lock()
         self.start = time.perf_counter()
+        self.held = 0.0  # seconds the workers were held while a callback ran
+        self.queues: dict[str, queue.Queue] = {}  # GA3C's queues, for their lengths
         self.env_steps = self.predictions = self.trainings = self.prediction_calls = 0
         self.episodes: list[tuple[float, int, float]] = []  # (seconds, env steps, return)
         self.lags: list[np.ndarray] = []  # per update: version trained - version acted
@@ -111,7 +114,11 @@ class Stats:
                 setattr(self, name, getattr(self, name) + n)
 
     def seconds(self) -> float:
-        return time.perf_counter() - self.start
+        """Seconds the workers ran (time held by a callback excluded)."""
+        return time.perf_counter() - self.start - self.held
+
+    def queue_lengths(self) -> dict[str, int]:
+        return {name: q.qsize() for name, q in self.queues.items()}
 
 
 class Params:
@@ -154,11 +161,16 @@ class Compiled(NamedTuple):
     returns: Callable  # (reward, discount, end, v_next) (t_max,) -> g
 
 
-def compile_all(config: GA3CConfig, model, opt_state, update_sizes: list[int],
-                forward_sizes: list[int]) -> Compiled:
-    """Compile every function the threads call, at every size they will call it with."""
-    hyper, task = config.hyper, config.task
+@functools.lru_cache(maxsize=16)
+def compile_all(hyper: Hyper, game: str, t_max: int, update_sizes: tuple[int, ...],
+                forward_sizes: tuple[int, ...]) -> Compiled:
+    """Compile every function the threads call, at every size they will call it with; the
+    same settings get the same compiled functions (a sweep over agent counts compiles once).
+    """
+    task = MinAtarTask(game)
     opt = optimizer(hyper)
+    model = init_model(hyper, task, jax.random.key(0))  # for the shapes only
+    opt_state = opt.init(eqx.filter(model, eqx.is_array))
 
     @eqx.filter_jit
     def forward(model, obs):
@@ -179,8 +191,7 @@ def compile_all(config: GA3CConfig, model, opt_state, update_sizes: list[int],
     for n in update_sizes:
         update(model, opt_state, jnp.zeros((n, *shape)), jnp.zeros(n, jnp.int32),
                jnp.zeros(n), jnp.ones(n))
-    t = config.t_max
-    for n in range(1, t + 1):  # an episode can end after any step of a rollout
+    for n in range(1, t_max + 1):  # an episode can end after any step of a rollout
         returns(jnp.zeros(n), jnp.zeros(n), jnp.zeros(n, bool), jnp.zeros(n))
     return Compiled(forward, update, returns)
 
@@ -211,10 +222,13 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 class Threads:
     """A group of worker threads with one shared stop event and one error slot; a thread
-    can also be retired alone (the dynamic adjustment)."""
+    can also be retired alone (the dynamic adjustment), and all can be held (``go``
+    cleared) while the caller's callback runs, so a paused panel pauses the workers."""
 
     def __init__(self):
         self.stop = threading.Event()
+        self.go = threading.Event()
+        self.go.set()
         self.errors: list[BaseException] = []
         self.pools: dict[str, list[tuple[threading.Thread, threading.Event]]] = {}
 
@@ -243,11 +257,16 @@ class Threads:
         return len(self.pools.get(pool, []))
 
     def running(self, retire: threading.Event) -> bool:
+        """False once the thread should end; while the workers are held, waits."""
+        while not self.go.wait(POLL):
+            if self.stop.is_set() or retire.is_set():
+                return False
         return not (self.stop.is_set() or retire.is_set())
 
     def join(self) -> None:
         """Stop every thread and wait for all of them."""
         self.stop.set()
+        self.go.set()
         for thread, retire in itertools.chain.from_iterable(self.pools.values()):
             retire.set()
             thread.join()
@@ -332,14 +351,24 @@ def _drive(threads: Threads, stats: Stats, *, env_steps: int | None, seconds: fl
            callback: Callable | None, every: float, tick: Callable[[], None] | None = None
            ) -> None:
     """Wait until ``env_steps`` or ``seconds`` is reached, a thread fails, or ``callback``
-    returns False; call ``tick`` and ``callback(stats)`` every ``every`` seconds."""
+    returns False; call ``tick`` and ``callback(stats)`` every ``every`` seconds. The
+    workers are held while the callback runs (it may block: a paused panel), and that time
+    is not counted in ``stats.seconds()``."""
     if env_steps is None and seconds is None:
         raise ValueError("give env_steps or seconds: when the run ends")
     while not threads.stop.wait(every):
         if tick is not None:
             tick()
-        if callback is not None and callback(stats) is False:
-            return
+        if callback is not None:
+            held = time.perf_counter()
+            threads.go.clear()
+            try:
+                go_on = callback(stats)
+            finally:
+                threads.go.set()
+                stats.held += time.perf_counter() - held
+            if go_on is False:
+                return
         if (env_steps is not None and stats.env_steps >= env_steps) or (
                 seconds is not None and stats.seconds() >= seconds):
             return
@@ -356,10 +385,12 @@ def run_ga3c(config: GA3CConfig, key: jax.Array, *, env_steps: int | None = None
     model = init_model(hyper, task, key)
     params = Params(model, optimizer(hyper).init(eqx.filter(model, eqx.is_array)))
     sizes = _buckets(config.prediction_batch)
-    jitted = compile_all(config, model, params.opt_state, [config.training_batch], sizes)
+    jitted = compile_all(hyper, config.game, config.t_max, (config.training_batch,),
+                         tuple(sizes))
     predictions, trainings = queue.Queue(), queue.Queue()
     replies: dict[int, queue.Queue] = {}
     stats, threads, rng = Stats(), Threads(), np.random.default_rng(seed)
+    stats.queues = {"prediction": predictions, "training": trainings}
     counter = itertools.count()
 
     def predictor(retire):
@@ -480,7 +511,7 @@ def run_a3c(config: GA3CConfig, key: jax.Array, *, env_steps: int | None = None,
     hyper, task = config.hyper, config.task
     model = init_model(hyper, task, key)
     params = Params(model, optimizer(hyper).init(eqx.filter(model, eqx.is_array)))
-    jitted = compile_all(config, model, params.opt_state, [config.t_max], [1])
+    jitted = compile_all(hyper, config.game, config.t_max, (config.t_max,), (1,))
     stats, threads = Stats(), Threads()
     rngs = np.random.default_rng(seed).spawn(config.agents)
     t = config.t_max

@@ -1,0 +1,324 @@
+"""The GA3C reproduction: presets, the five studies of notebook 06, the claims' verdicts.
+
+Babaeizadeh et al., ICLR 2017. Four claims, measured on a MinAtar game:
+
+1. batching through the queues gives GA3C more environment steps (and trained steps) per
+   second than per-agent A3C, growing with the number of agents until a bottleneck;
+2. at equal wall-clock GA3C's return is higher than A3C's;
+3. policy lag grows with agents and trainers, and a large lag slows learning (the jitted
+   A2C's ``lag`` study, where lag is set exactly);
+4. the dynamic adjustment reaches at least 90% of the trainings per second of the best fixed
+   configuration measured.
+
+The studies (each a function of the validated ``Setup``):
+
+- ``learning``: GA3C, A3C and the jitted A2C, each for ``seconds`` of wall-clock per seed
+  (compilation excluded), episode returns against environment steps and seconds;
+- ``throughput``: GA3C and A3C for ``throughput_seconds`` at each of ``agent_counts``, and
+  GA3C at each of ``trainer_counts``: environment steps, predictions and trainings per
+  second, prediction batch sizes and latencies, lags;
+- ``lag_study``: the jitted A2C at each ``lags`` for ``lag_updates`` updates, seeds vmapped;
+- ``adjustment``: GA3C with the dynamic adjustment from each of ``adjust_starts``.
+"""
+
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from lab.envs.minatar import GAMES, MinAtarTask
+from lab.experiments.claims import Claim, plural, verdict_of
+from lab.experiments.claims import summary as claims_summary
+from lab.train.a2c import A2CConfig, Hyper, make_train
+from lab.train.ga3c import GA3CConfig, Result, run_a3c, run_ga3c
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    # the four claims at CPU scale (an hour or less on 2 cores)
+    "claim": dict(seeds=3, seconds=240.0, throughput_seconds=10.0,
+                  agent_counts=[1, 2, 4, 8, 16, 32, 64], trainer_counts=[1, 2, 4],
+                  lags=[0, 1, 4, 16, 64], lag_updates=20_000, adjust_seconds=120.0),
+}
+PARAMETERS = ("preset", "game", "sticky", "seeds", "seconds", "agents", "predictors",
+              "trainers", "t_max", "prediction_batch", "training_batch", "learning_rate",
+              "entropy_cost", "log_epsilon", "a2c_envs", "agent_counts", "trainer_counts",
+              "throughput_seconds", "lags", "lag_updates", "adjust_window", "adjust_seconds",
+              "adjust_starts")
+FRACTION_OF_BEST = 0.9  # claim 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """Everything the notebook runs, validated."""
+
+    host: GA3CConfig
+    a2c: A2CConfig
+    seeds: int
+    seconds: float
+    agent_counts: tuple[int, ...]
+    trainer_counts: tuple[int, ...]
+    throughput_seconds: float
+    lags: tuple[int, ...]
+    lag_updates: int
+    adjust_window: float
+    adjust_seconds: float
+    adjust_starts: tuple[tuple[int, int, int], ...]
+    preset: str = "default"
+
+
+def configure(**params: Any) -> Setup:
+    """The notebook's parameters (``PARAMETERS``) as a ``Setup``; a preset's values replace
+    the others. Raises ValueError naming a bad value, before any work."""
+    preset = params.get("preset", "default")
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = params | PRESETS[preset]
+    if p["game"] not in GAMES:
+        raise ValueError(f"unknown game {p['game']!r}; choose one of {', '.join(GAMES)}")
+    for name in ("seeds", "lag_updates", "a2c_envs"):
+        if p[name] < 1:
+            raise ValueError(f"{name} must be at least 1, got {p[name]}")
+    for name in ("seconds", "throughput_seconds", "adjust_window", "adjust_seconds"):
+        if p[name] <= 0:
+            raise ValueError(f"{name} must be positive, got {p[name]}")
+    for name in ("agent_counts", "trainer_counts", "lags"):
+        low = 0 if name == "lags" else 1
+        if not p[name] or min(p[name]) < low:
+            raise ValueError(f"{name} must be a non-empty list of numbers of at least {low}, "
+                             f"got {p[name]}")
+    starts = tuple(tuple(s) for s in p["adjust_starts"])
+    if not starts or any(len(s) != 3 or min(s) < 1 for s in starts):
+        raise ValueError("adjust_starts must be a list of [agents, predictors, trainers], "
+                         f"each at least 1; got {p['adjust_starts']}")
+    if p["adjust_seconds"] < 2 * p["adjust_window"]:
+        raise ValueError(f"adjust_seconds ({p['adjust_seconds']}) must cover at least two "
+                         f"windows of adjust_window ({p['adjust_window']})")
+    hyper = Hyper(learning_rate=p["learning_rate"], entropy_cost=p["entropy_cost"],
+                  log_epsilon=p["log_epsilon"])
+    host = GA3CConfig(game=p["game"], sticky=p["sticky"], agents=p["agents"],
+                      predictors=p["predictors"], trainers=p["trainers"], t_max=p["t_max"],
+                      prediction_batch=p["prediction_batch"],
+                      training_batch=p["training_batch"], hyper=hyper)
+    a2c = A2CConfig(envs=p["a2c_envs"], t_max=p["t_max"], hyper=hyper)
+    return Setup(host, a2c, p["seeds"], float(p["seconds"]), tuple(p["agent_counts"]),
+                 tuple(p["trainer_counts"]), float(p["throughput_seconds"]), tuple(p["lags"]),
+                 p["lag_updates"], float(p["adjust_window"]), float(p["adjust_seconds"]),
+                 starts, preset)
+
+
+# --- the jitted A2C, timed like the host runs ------------------------------------------------
+
+def run_a2c(config: A2CConfig, task: MinAtarTask, key: jax.Array, *, seconds: float,
+            chunk: int = 50) -> Result:
+    """The jitted A2C for ``seconds`` of wall-clock (compilation excluded), in chunks of
+    ``chunk`` updates; its episodes as a host run's ``Result`` (per update: the mean return
+    of the episodes that ended, at the update's time and environment step)."""
+    init, run = make_train(config, task)
+    state = jax.jit(init)(key)
+    step = jax.jit(run, static_argnums=1).lower(state, chunk).compile()
+    episodes, updates, start = [], 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        state, m = step(state)
+        returns, counts = np.asarray(m.episode_return), np.asarray(m.episodes)
+        now = time.perf_counter() - start
+        for i in np.flatnonzero(counts > 0):
+            env_steps = (updates + i + 1) * config.steps_per_update
+            episodes.append((now, env_steps, float(returns[i])))
+        updates += chunk
+    seconds = time.perf_counter() - start
+    steps = updates * config.steps_per_update
+    return Result(state.model, seconds, steps, steps, updates,
+                  np.array(episodes).reshape(-1, 3), np.zeros(0, int), np.zeros(0, int),
+                  np.zeros(0), np.zeros((0, 5)))
+
+
+# --- the studies ---------------------------------------------------------------------------
+
+EXECUTIONS = ("ga3c", "a3c", "a2c")
+
+
+def learning(setup: Setup, *, report=None) -> dict[str, list[Result]]:
+    """Each execution for ``setup.seconds`` per seed; ``report(name, seed, result)``."""
+    out: dict[str, list[Result]] = {name: [] for name in EXECUTIONS}
+    for seed in range(setup.seeds):
+        key = jax.random.key(seed)
+        for name in EXECUTIONS:
+            if name == "ga3c":
+                r = run_ga3c(setup.host, key, seconds=setup.seconds, seed=seed)
+            elif name == "a3c":
+                r = run_a3c(setup.host, key, seconds=setup.seconds, seed=seed)
+            else:
+                r = run_a2c(setup.a2c, setup.host.task, key, seconds=setup.seconds)
+            out[name].append(r)
+            if report is not None:
+                report(name, seed, r)
+    return out
+
+
+def final_return(result: Result, fraction: float = 0.2) -> float:
+    """Mean return of the episodes that ended in the last ``fraction`` of the run's time."""
+    e = result.episodes
+    late = e[e[:, 0] >= (1 - fraction) * result.seconds, 2] if len(e) else e
+    return float(late.mean()) if len(late) else float("nan")
+
+
+def throughput(setup: Setup, *, report=None) -> dict[str, Any]:
+    """Rates against the number of agents (GA3C and A3C) and of trainers (GA3C)."""
+    rows = []
+    for agents in setup.agent_counts:
+        for name, run in (("ga3c", run_ga3c), ("a3c", run_a3c)):
+            config = dataclasses.replace(setup.host, agents=agents)
+            r = run(config, jax.random.key(0), seconds=setup.throughput_seconds)
+            rows.append(_rates(name, agents, config.trainers, r))
+            if report is not None:
+                report(rows[-1])
+    for trainers in setup.trainer_counts:
+        config = dataclasses.replace(setup.host, trainers=trainers)
+        r = run_ga3c(config, jax.random.key(0), seconds=setup.throughput_seconds)
+        rows.append(_rates("ga3c", config.agents, trainers, r) | {"study": "trainers"})
+        if report is not None:
+            report(rows[-1])
+    return {"rows": rows}
+
+
+def _rates(name: str, agents: int, trainers: int, r: Result) -> dict[str, Any]:
+    lags = r.lags
+    return {"execution": name, "agents": agents, "trainers": trainers, "study": "agents",
+            "env_steps_per_s": r.rate("env_steps"), "predictions_per_s": r.rate("predictions"),
+            "trainings_per_s": r.rate("trainings"),
+            "batch_mean": float(r.batch_sizes.mean()) if len(r.batch_sizes) else 1.0,
+            "latency_ms": float(np.median(r.latencies) * 1e3) if len(r.latencies) else None,
+            "lag_mean": float(lags.mean()) if len(lags) else 0.0,
+            "lag_histogram": np.bincount(lags, minlength=1).tolist() if len(lags) else [0]}
+
+
+def lag_study(setup: Setup) -> dict[str, Any]:
+    """The jitted A2C at each lag, ``seeds`` seeds vmapped: the mean return per update."""
+    out = {}
+    task = setup.host.task
+    for lag in setup.lags:
+        config = dataclasses.replace(setup.a2c, lag=lag)
+        init, run = make_train(config, task)
+        keys = jax.random.split(jax.random.key(0), setup.seeds)
+        state = jax.jit(jax.vmap(init))(keys)
+        _, m = jax.jit(jax.vmap(lambda s, run=run: run(s, setup.lag_updates)))(state)
+        out[lag] = np.asarray(m.episode_return)  # (seeds, updates), NaN where none ended
+    return out
+
+
+def smoothed(curve: np.ndarray, bins: int = 20) -> np.ndarray:
+    """Means over ``bins`` equal stretches of the last axis, NaNs ignored."""
+    parts = np.array_split(curve, bins, axis=-1)
+    with np.errstate(all="ignore"):
+        return np.stack([np.nanmean(p, axis=-1) for p in parts], axis=-1)
+
+
+def adjustment(setup: Setup) -> list[Result]:
+    """GA3C with the dynamic adjustment from each starting configuration."""
+    out = []
+    for agents, predictors, trainers in setup.adjust_starts:
+        config = dataclasses.replace(setup.host, agents=agents, predictors=predictors,
+                                     trainers=trainers)
+        out.append(run_ga3c(config, jax.random.key(0), seconds=setup.adjust_seconds,
+                            adjust=setup.adjust_window))
+    return out
+
+
+# --- verdicts ------------------------------------------------------------------------------
+
+def verdict(setup: Setup, learned: dict[str, list[Result]], rates: dict[str, Any],
+            lags: dict[int, np.ndarray], adjusted: list[Result]) -> dict[str, Any]:
+    """The four claims' numbers from the studies (every figure measured, none assumed)."""
+    m: dict[str, Any] = {"game": setup.host.game, "seeds": setup.seeds,
+                         "seconds": setup.seconds}
+    for name, runs in learned.items():
+        m[f"{name}_final_returns"] = [final_return(r) for r in runs]
+        m[f"{name}_final_return"] = float(np.nanmean(m[f"{name}_final_returns"]))
+        m[f"{name}_env_steps_per_s"] = float(np.mean([r.rate("env_steps") for r in runs]))
+    ahead = [g > a for g, a in zip(m["ga3c_final_returns"], m["a3c_final_returns"],
+                                   strict=True)]
+    m["seeds_ga3c_ahead"] = int(sum(ahead))
+    m["claim2_ga3c_higher_return"] = bool(m["ga3c_final_return"] > m["a3c_final_return"])
+    m["a2c_over_ga3c_env_steps"] = m["a2c_env_steps_per_s"] / m["ga3c_env_steps_per_s"]
+
+    rows = [r for r in rates["rows"] if r["study"] == "agents"]
+    by = {(r["execution"], r["agents"]): r for r in rows}
+    counts = sorted({r["agents"] for r in rows})
+    ga3c = [by["ga3c", n]["env_steps_per_s"] for n in counts]
+    a3c = [by["a3c", n]["env_steps_per_s"] for n in counts]
+    m["agent_counts"] = counts
+    m["ga3c_env_steps_per_s_by_agents"], m["a3c_env_steps_per_s_by_agents"] = ga3c, a3c
+    m["ga3c_over_a3c_by_agents"] = [g / a for g, a in zip(ga3c, a3c, strict=True)]
+    m["ga3c_peak_agents"] = counts[int(np.argmax(ga3c))]
+    faster = [g > a for n, g, a in zip(counts, ga3c, a3c, strict=True) if n >= 4]
+    m["claim1_ga3c_faster"] = bool(faster and all(faster) and m["ga3c_peak_agents"] > 1)
+    if 16 in counts:
+        m["ga3c_over_a3c_at_16"] = m["ga3c_over_a3c_by_agents"][counts.index(16)]
+
+    lag_by_agents = [by["ga3c", n]["lag_mean"] for n in counts]
+    trainer_rows = [r for r in rates["rows"] if r["study"] == "trainers"]
+    lag_by_trainers = [r["lag_mean"] for r in trainer_rows]
+    m["lag_mean_by_agents"], m["lag_mean_by_trainers"] = lag_by_agents, lag_by_trainers
+    m["trainer_counts"] = [r["trainers"] for r in trainer_rows]
+    grows = lag_by_agents[-1] > lag_by_agents[0] and (
+        len(lag_by_trainers) < 2 or lag_by_trainers[-1] > lag_by_trainers[0])
+    finals = {lag: float(np.nanmean(smoothed(c, 10)[:, -1])) for lag, c in lags.items()}
+    m["lags"] = list(finals)
+    m["a2c_final_return_by_lag"] = list(finals.values())
+    worst = max(finals)
+    m["claim3_lag_grows"] = bool(grows)
+    m["claim3_large_lag_hurts"] = bool(finals[worst] < finals[min(finals)])
+
+    best_fixed = max(r["trainings_per_s"] for r in rates["rows"] if r["execution"] == "ga3c")
+    reached = [float(np.mean(r.trace[-3:, 4])) for r in adjusted]
+    m["best_fixed_trainings_per_s"] = best_fixed
+    m["adjusted_trainings_per_s"] = reached
+    m["adjusted_fraction_of_best"] = [x / best_fixed for x in reached]
+    m["claim4_adjustment_reaches_90pc"] = bool(min(m["adjusted_fraction_of_best"])
+                                               >= FRACTION_OF_BEST)
+    return m
+
+
+def summary(m: dict[str, Any], setup: Setup) -> dict[str, Any]:
+    """The claims, study and headline for ``record`` (``lab.experiments.claims``)."""
+    n, s = m["agent_counts"], m["seeds"]
+    claims = [
+        Claim("batching_faster", "Batching through the queues gives GA3C more environment "
+              "steps per second than per-agent A3C, growing with agents until a bottleneck",
+              verdict_of(m["claim1_ga3c_faster"]),
+              {"GA3C / A3C env steps per s at 16 agents": m.get("ga3c_over_a3c_at_16"),
+               "GA3C peaks at agents": m["ga3c_peak_agents"],
+               "GA3C / A3C at the largest count": m["ga3c_over_a3c_by_agents"][-1],
+               "agent counts": str(n)}),
+        Claim("higher_return_at_equal_time", "At equal wall-clock GA3C's return is higher "
+              "than A3C's", verdict_of(m["claim2_ga3c_higher_return"],
+                                       weakly=m["seeds_ga3c_ahead"] < s),
+              {"final return: GA3C": m["ga3c_final_return"],
+               "A3C": m["a3c_final_return"], "jitted A2C": m["a2c_final_return"],
+               "seeds with GA3C ahead": f"{m['seeds_ga3c_ahead']} of {s}"}),
+        Claim("lag_grows", "Policy lag grows with the number of agents and trainers",
+              verdict_of(m["claim3_lag_grows"]),
+              {"mean lag, fewest agents": m["lag_mean_by_agents"][0],
+               "most agents": m["lag_mean_by_agents"][-1],
+               "mean lag by trainers": str([round(x, 2) for x in m["lag_mean_by_trainers"]])}),
+        Claim("large_lag_hurts", "A large policy lag slows or destabilises learning (jitted "
+              "A2C, lag set exactly)", verdict_of(m["claim3_large_lag_hurts"]),
+              {f"final return at lag {lag}": r
+               for lag, r in zip(m["lags"], m["a2c_final_return_by_lag"], strict=True)}),
+        Claim("adjustment_reaches_90pc", "The dynamic adjustment reaches at least 90% of the "
+              "best fixed configuration's trainings per second",
+              verdict_of(m["claim4_adjustment_reaches_90pc"]),
+              {"fraction of the best, per start": str([round(x, 3) for x in
+                                                       m["adjusted_fraction_of_best"]]),
+               "best fixed trainings per s": m["best_fixed_trainings_per_s"]})]
+    return claims_summary(
+        paper="Babaeizadeh, Frosio, Tyree, Clemons & Kautz, Reinforcement Learning through "
+              "Asynchronous Advantage Actor-Critic on a GPU (ICLR 2017)",
+        paper_setting="Atari 2600 games (84x84 frames), a GPU, up to 16 CPU cores",
+        measured=(f"MinAtar {m['game']}, {plural(s, 'seed')} of {m['seconds']:g} s per "
+                  f"execution, CPU host threads"),
+        claims=claims,
+        headline=["ga3c_final_return", "a3c_final_return", "a2c_final_return",
+                  "ga3c_over_a3c_at_16", "a2c_over_ga3c_env_steps"])
