@@ -18,6 +18,11 @@ SMOKE = {
     "05_sweeps": {"trials": 1, "phases": 1, "total_steps": 100, "eval_every": 50, "workers": 1,
                   "fixed": {"agent": "mpo", "compare": False, "seeds": 1, "widths": 8,
                             "batch_size": 8}},
+    "06_ga3c": {"seeds": 1, "seconds": 1.0, "agents": 2, "prediction_batch": 4,
+                "training_batch": 10, "a2c_envs": 2, "agent_counts": [1, 2],
+                "trainer_counts": [1], "throughput_seconds": 0.5, "lags": [0, 1],
+                "lag_updates": 5, "adjust_window": 0.5, "adjust_seconds": 1.0,
+                "adjust_starts": [[2, 1, 1]]},
 }
 
 # Set in every test process (tests/conftest.py) before jax starts. Most XLA optimisations off

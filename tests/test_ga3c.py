@@ -108,3 +108,30 @@ def test_ctrl_c_and_stop_join_every_thread():
 def test_bad_host_settings_are_refused_before_any_work(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GA3CConfig(**kwargs)
+
+
+NOTEBOOK = {"preset": "default", "game": "breakout", "sticky": 0.1, "seeds": 1, "seconds": 1.0,
+            "agents": 2, "predictors": 1, "trainers": 1, "t_max": 5, "prediction_batch": 4,
+            "training_batch": 10, "learning_rate": 3e-4, "entropy_cost": 0.01,
+            "log_epsilon": 0.0, "a2c_envs": 2, "agent_counts": [1, 2], "trainer_counts": [1],
+            "throughput_seconds": 0.5, "lags": [0, 1], "lag_updates": 5,
+            "adjust_window": 0.5, "adjust_seconds": 1.0, "adjust_starts": [[2, 1, 1]]}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"preset": "huge"}, "unknown preset 'huge'; choose one of default, claim"),
+    ({"game": "pong"}, "unknown game 'pong'; choose one of breakout"),
+    ({"t_max": 0}, "t_max must be at least 1, got 0"),
+    ({"agents": 0}, "agents must be at least 1, got 0"),
+    ({"lags": [0, -1]}, "lags must be a non-empty list of numbers of at least 0"),
+    ({"agent_counts": []}, "agent_counts must be a non-empty list"),
+    ({"adjust_starts": [[2, 0, 1]]}, r"adjust_starts must be a list of \[agents"),
+    ({"adjust_seconds": 0.6}, "must cover at least two windows"),
+    ({"seconds": 0}, "seconds must be positive, got 0"),
+])
+def test_notebook_parameters_are_refused_with_the_fix(change, message):
+    from lab.experiments.ga3c import configure
+
+    configure(**NOTEBOOK)  # the valid base
+    with pytest.raises(ValueError, match=message):
+        configure(**(NOTEBOOK | change))

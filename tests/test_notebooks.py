@@ -31,6 +31,9 @@ HEADLINE = {
                               "search_d1_true_steps_to_threshold", "search_d1_true_kl_mean"},
     "05_sweeps": {"claim_at_least_as_good", "comparisons", "mean_hypertrick_best",
                   "mean_random_best", "expected_survivors"},
+    "06_ga3c": {"claim1_ga3c_faster", "claim2_ga3c_higher_return", "claim3_lag_grows",
+                "claim3_large_lag_hurts", "claim4_adjustment_reaches_90pc",
+                "ga3c_env_steps_per_s_by_agents", "a2c_over_ga3c_env_steps"},
 }
 
 
@@ -41,7 +44,9 @@ CLAIMS = {"00_quickstart": [],
           "02_vsml": ["above_chance_on_every_task", "beats_sgd_and_adam_early",
                       "generalises_better_than_meta_rnn"],
           "03_sac_ae": ["learns_above_threshold", "beats_pixel_sac"],
-          "04_policy_improvement": [], "05_sweeps": ["at_least_as_good"]}
+          "04_policy_improvement": [], "05_sweeps": ["at_least_as_good"],
+          "06_ga3c": ["batching_faster", "higher_return_at_equal_time", "lag_grows",
+                      "large_lag_hurts", "adjustment_reaches_90pc"]}
 
 
 def test_every_notebook_has_smoke_parameters():

@@ -229,3 +229,31 @@ def test_proxprop_panel_trains_both_side_by_side_and_refuses_bad_values():
     assert curves.train_loss.shape == (4,) and curves.train_loss[-1] < curves.train_loss[0]
     assert set(panel.data["live"]) == {"BackProp", "ProxProp"}
     assert isinstance(panel.show(headless=True), Image)
+
+
+GA3C_PARAMS = {"preset": "default", "game": "breakout", "sticky": 0.1, "seeds": 1,
+               "seconds": 1.5, "agents": 3, "predictors": 1, "trainers": 1, "t_max": 5,
+               "prediction_batch": 4, "training_batch": 10, "learning_rate": 3e-4,
+               "entropy_cost": 0.01, "log_epsilon": 0.0, "a2c_envs": 2, "agent_counts": [1],
+               "trainer_counts": [1], "throughput_seconds": 0.5, "lags": [0],
+               "lag_updates": 5, "adjust_window": 0.5, "adjust_seconds": 1.0,
+               "adjust_starts": [[2, 1, 1]]}
+
+
+@pytest.mark.parametrize("execution", ["ga3c", "a3c"])
+def test_ga3c_panel_runs_the_host_executions_live_and_leaves_no_thread(execution):
+    from lab.train.ga3c import Result
+    from lab.widgets.ga3c_panel import ga3c_panel
+
+    before = threading.active_count()
+    panel = ga3c_panel(GA3C_PARAMS)
+    panel.min_interval = 0.0
+    panel.controls.widgets["execution"].value = execution
+    assert panel.run() is True
+    assert panel.wait(WAIT) and panel.state == "done", panel.error
+    assert isinstance(panel.result, Result) and panel.result.env_steps > 0
+    assert panel.draws >= 2 and len(panel.data["history"]) >= 2
+    assert set(panel.data["queue_history"][-1]) == ({"prediction", "training"}
+                                                     if execution == "ga3c" else set())
+    assert threading.active_count() == before  # the run's threads are joined
+    assert isinstance(panel.show(headless=True), Image)
