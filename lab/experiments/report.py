@@ -122,7 +122,10 @@ def latest_claims(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         overrides = {k: _short(v, 40) for k, v in (run.get("overrides") or {}).items()
                      if k != "preset"}
         base = {"notebook": notebook, "preset": preset, "run": run, "overrides": overrides}
-        rows += [base | {"claim": c} for c in run["claims"]] or [base | {"claim": None}]
+        group = [base | {"claim": c} for c in run["claims"]] or [base | {"claim": None}]
+        for i, row in enumerate(group):  # the page shows a run's cells once, spanning rows
+            row |= {"first": i == 0, "span": len(group)}
+        rows += group
     return rows
 
 
