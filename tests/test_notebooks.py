@@ -103,7 +103,9 @@ def test_notebook_runs_alike_through_the_runner_and_plain_papermill(path, tmp_pa
     assert plain.returncode == 0, plain.stderr[-2000:]
     executed = nbformat.read(out, as_version=4)
     assert any(cell.get("outputs") for cell in executed.cells)
-    if path.stem != "05_sweeps":  # trials named after their run folders differ by design
+    # 05's trials are named after their run folders; 06 measures against the wall-clock
+    # (rates, and returns after so many seconds): both differ between two runs by design
+    if path.stem not in ("05_sweeps", "06_ga3c"):
         assert untimed(first.metrics) == untimed(read_metrics(papermill_dir))
 
 

@@ -332,8 +332,8 @@ def summary(m: dict[str, Any], setup: Setup) -> dict[str, Any]:
         measured=(f"MinAtar {m['game']}, {plural(s, 'seed')} of {m['seconds']:g} s per "
                   f"execution, CPU host threads"),
         claims=claims,
-        headline=["ga3c_final_return", "a3c_final_return", "a2c_final_return",
-                  "ga3c_over_a3c_at_16", "a2c_over_ga3c_env_steps"])
+        headline=[k for k in ("ga3c_final_return", "a3c_final_return", "a2c_final_return",
+                              "ga3c_over_a3c_at_16", "a2c_over_ga3c_env_steps") if k in m])
 
 
 def curves(learned: dict[str, list[Result]], m: dict[str, Any]) -> dict[str, dict[str, Any]]:
