@@ -277,10 +277,10 @@ def verdict(setup: Setup, learned: dict[str, list[Result]], rates: dict[str, Any
     finals = {lag: float(np.nanmean(smoothed(c, 10)[:, -1])) for lag, c in lags.items()}
     m["lags"] = list(finals)
     m["a2c_final_return_by_lag"] = list(finals.values())
-    worst = max(finals)
+    largest = max(finals)
     m["claim3_lag_grows"] = bool(grows)
     m["claim3_large_lag_hurts"] = (None if np.isnan(list(finals.values())).any() or
-                                   len(finals) < 2 else bool(finals[worst] < finals[min(finals)]))
+                                   len(finals) < 2 else bool(finals[largest] < finals[min(finals)]))
 
     best_fixed = max(r["trainings_per_s"] for r in rates["rows"] if r["execution"] == "ga3c")
     reached = [float(np.mean(r.trace[-3:, 4])) for r in adjusted]

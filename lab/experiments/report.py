@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from lab.experiments.claims import VERDICTS, claims_of, fmt, headline_of, study_of
+from lab.experiments.claims import RESERVED, VERDICTS, claims_of, fmt, headline_of, study_of
 from lab.experiments.records import METRICS_FILE, read_metrics
 
 if TYPE_CHECKING:  # nbconvert and nbformat are imported where a report is written, not by
@@ -67,7 +67,7 @@ def header(run: dict[str, Any]) -> dict[str, Any]:
     and study, parameters shortened, and only the names of everything else recorded."""
     metrics = run.get("metrics") or {}
     headline = headline_of(metrics)
-    shown = {"study", "claims", "headline", *headline}
+    shown = {*RESERVED, *headline}
     return run | {
         "claims": _shown_claims(metrics), "study": study_of(metrics),
         "headline": {k: fmt(v) for k, v in headline.items()},

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import nbformat
 import papermill
@@ -248,13 +248,17 @@ def _finish(notebook: Path, executed: Path, folder: Path, out: Path, run: dict,
     if run["status"] == OK and "pruned_at_phase" in run["metrics"]:
         run["status"] = PRUNED
     _write_json(folder / PROVENANCE_FILE, {k: v for k, v in run.items() if k != "metrics"})
-    report = export_html(nb, run, folder / REPORT_FILE, hide_code=hide_code)
+    _publish(export_html(nb, run, folder / REPORT_FILE, hide_code=hide_code), out, notebook)
+    _forget_reuse(out, notebook.name)
+    build_index(out)
+
+
+def _publish(report: Path, out: Path, notebook: Path) -> None:
+    """Make ``report`` the notebook's latest report, ``<out>/<notebook>.html``."""
     latest = out / f"{notebook.stem}.html"
     tmp = latest.with_name(f".{latest.name}.{os.getpid()}.tmp")  # whole, when runs end at once
     shutil.copyfile(report, tmp)
     tmp.replace(latest)
-    _forget_reuse(out, notebook.name)
-    build_index(out)
 
 
 def _minutes(seconds: float | None) -> str:
@@ -281,18 +285,25 @@ def _forget_reuse(out: Path, notebook: str) -> None:
 def _reuse(run: dict[str, Any], notebook: Path, out: Path) -> RunResult:
     """Keep an earlier ``ok`` run as this notebook's latest report and note the reuse."""
     folder = Path(run["folder"])
-    latest = out / f"{notebook.stem}.html"
-    tmp = latest.with_name(f".{latest.name}.{os.getpid()}.tmp")
-    shutil.copyfile(folder / REPORT_FILE, tmp)
-    tmp.replace(latest)
+    _publish(folder / REPORT_FILE, out, notebook)
     _write_json(out / REUSED_FILE, _read_reused(out) | {
         notebook.name: {"run": folder.name, "reused_at": now()}})
     return RunResult(notebook, folder, OK, None, read_metrics(folder), reused=True)
 
 
-def _estimate(this: float | None, plans: list[tuple]) -> str:
+class Plan(NamedTuple):
+    """What ``run_all`` will do with one notebook."""
+
+    notebook: Path
+    inputs: dict[str, str]  # its fingerprint now
+    reuse: dict[str, Any] | None  # the ok run with the same inputs, or None: run it
+    estimate: float | None  # seconds its last ok run took
+    changed: list[str]  # which inputs changed since that run
+
+
+def _estimate(this: float | None, plans: list[Plan]) -> str:
     """The progress line's estimate: this notebook's last run, and what is left to run."""
-    left = [e for _, _, same, e, _ in plans if same is None]
+    left = [p.estimate for p in plans if p.reuse is None]
     known = [e for e in left if e is not None]
     text = f"its last run took {_minutes(this)}" if this is not None else "no earlier run"
     if known:
@@ -314,7 +325,7 @@ def run_all(folder: str | Path = "notebooks", *, force: bool = False,
     check_output_dir(out)
     code, deps = code_digest(), dependencies_digest()
     runs = load_runs(out)
-    plans = []  # (notebook, inputs, the run to reuse or None, estimated seconds)
+    plans = []
     for notebook in notebooks:
         parameters, _ = resolve(notebook, {})  # bad defaults fail here, before any run
         inputs = fingerprint(notebook, parameters, code=code, dependencies=deps)
@@ -324,19 +335,21 @@ def run_all(folder: str | Path = "notebooks", *, force: bool = False,
                      == inputs["digest"] and (Path(r["folder"]) / REPORT_FILE).exists()),
                     None)
         estimate = next((r.get("duration_s") for r in mine), None)
-        plans.append((notebook, inputs, None if force else same, estimate,
-                      changed((mine[0] if mine else {}).get("inputs"), inputs)))
+        plans.append(Plan(notebook, inputs, None if force else same, estimate,
+                          changed((mine[0] if mine else {}).get("inputs"), inputs)))
     start, results = time.monotonic(), []
-    for k, (notebook, inputs, same, estimate, why) in enumerate(plans, 1):
-        head = f"[{k}/{len(plans)}] {notebook.name}, {_minutes(time.monotonic() - start)} elapsed"
-        if same is not None:
-            log(f"{head}: reusing the ok run of {same['started'][:16].replace('T', ' ')} UTC, "
-                "inputs unchanged (--force runs it)")
-            results.append(_reuse(same, notebook, out))
+    for k, plan in enumerate(plans, 1):
+        head = (f"[{k}/{len(plans)}] {plan.notebook.name}, "
+                f"{_minutes(time.monotonic() - start)} elapsed")
+        if plan.reuse is not None:
+            log(f"{head}: reusing the ok run of "
+                f"{plan.reuse['started'][:16].replace('T', ' ')} UTC, inputs unchanged "
+                "(--force runs it)")
+            results.append(_reuse(plan.reuse, plan.notebook, out))
             continue
-        reason = "forced" if force else "changed: " + ", ".join(why)
-        log(f"{head}: running ({reason}); {_estimate(estimate, plans[k - 1:])}")
-        results.append(run_notebook(notebook, inputs=inputs, **kwargs))
+        reason = "forced" if force else "changed: " + ", ".join(plan.changed)
+        log(f"{head}: running ({reason}); {_estimate(plan.estimate, plans[k - 1:])}")
+        results.append(run_notebook(plan.notebook, inputs=plan.inputs, **kwargs))
         if results[-1].status == INTERRUPTED:
             break
     build_index(out)

@@ -102,7 +102,7 @@ class Stats:
         self.start = time.perf_counter()
         self.held = 0.0  # seconds the workers were held while a callback ran
         self.queues: dict[str, queue.Queue] = {}  # GA3C's queues, for their lengths
-        self.env_steps = self.predictions = self.trainings = self.prediction_calls = 0
+        self.env_steps = self.predictions = self.trainings = 0
         self.episodes: list[tuple[float, int, float]] = []  # (seconds, env steps, return)
         self.lags: list[np.ndarray] = []  # per update: version trained - version acted
         self.batch_sizes: list[int] = []  # states per forward pass
@@ -410,7 +410,6 @@ def run_ga3c(config: GA3CConfig, key: jax.Array, *, env_steps: int | None = None
                 replies[agent].put((int(actions[j]), float(values[j]), version))
             with stats.lock:
                 stats.predictions += n
-                stats.prediction_calls += 1
                 stats.batch_sizes.append(n)
                 stats.latencies.extend(now - b[2] for b in batch)
 
@@ -520,7 +519,7 @@ def run_a3c(config: GA3CConfig, key: jax.Array, *, env_steps: int | None = None,
         def act(obs):
             model, version = params.read()
             probs, values = jitted.forward(model, obs[None])
-            stats.add(predictions=1, prediction_calls=1)
+            stats.add(predictions=1)
             return int(sample(np.asarray(probs), rngs[index])[0]), float(values[0]), version
 
         def submit(e: Experience):
