@@ -11,7 +11,7 @@ $(SETUP): pyproject.toml scripts/system_deps.sh
 	scripts/system_deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,dmc]'
+	$(PY) -m pip install --quiet -e '.[dev,dmc,atari]'
 	$(PY) -m ipykernel install --sys-prefix --name lab --display-name "Python (lab)"
 	touch $@
 

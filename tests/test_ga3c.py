@@ -104,6 +104,7 @@ def test_ctrl_c_and_stop_join_every_thread():
     ({"predictors": 0}, "predictors must be at least 1, got 0"),
     ({"trainers": 0}, "trainers must be at least 1, got 0"),
     ({"game": "pong"}, "unknown MinAtar game 'pong'"),
+    ({"suite": "atari"}, "atari games take the 'atari' torso, got 'minatar'"),
 ])
 def test_bad_host_settings_are_refused_before_any_work(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -123,7 +124,8 @@ NOTEBOOK = {"preset": "default", "game": "breakout", "sticky": 0.1, "seeds": 1, 
     ({"game": "pong"}, "unknown game 'pong'; choose one of breakout"),
     ({"t_max": 0}, "t_max must be at least 1, got 0"),
     ({"agents": 0}, "agents must be at least 1, got 0"),
-    ({"lags": [0, -1]}, "lags must be a non-empty list of numbers of at least 0"),
+    ({"lags": [0, -1]}, "lags must be numbers of updates of at least 0"),
+    ({"suite": "nes"}, "unknown suite 'nes'; choose one of minatar, atari"),
     ({"agent_counts": []}, "agent_counts must be a non-empty list"),
     ({"adjust_starts": [[2, 0, 1]]}, r"adjust_starts must be a list of \[agents"),
     ({"adjust_seconds": 0.6}, "must cover at least two windows"),

@@ -4,8 +4,10 @@ batched predictions and trainings through queues (GA3C) or each run their own (A
 Babaeizadeh, Frosio, Tyree, Clemons & Kautz, "Reinforcement Learning through Asynchronous
 Advantage Actor-Critic on a GPU" (ICLR 2017); reference code NVlabs/GA3C.
 
-**GA3C** (``run_ga3c``). Each *agent* steps one game on the host (MinAtar's own numpy
-implementation, ``lab.envs.minatar.HostMinAtar``). To act it puts its
+**GA3C** (``run_ga3c``). Each *agent* steps one game on the host (``suite="minatar"``:
+MinAtar's own numpy implementation, ``lab.envs.minatar.HostMinAtar``; ``suite="atari"``: real
+Atari through ale-py with the standard preprocessing, ``lab.envs.atari.HostAtari``, and the
+Atari torso). To act it puts its
 observation on the **prediction queue** and waits; a *predictor* thread takes whatever is
 waiting (up to ``prediction_batch`` states), runs one jitted batched forward pass with the
 current parameters, samples the actions and hands each agent its action, the value and the
@@ -53,6 +55,7 @@ from lab.rl.returns import bootstrapped_returns
 from lab.train.a2c import Hyper, init_model, loss_on_steps, optimizer
 
 POLL = 0.05  # seconds a thread blocks on a queue before it checks whether to stop
+SUITES = {"minatar": "minatar", "atari": "atari"}  # host games -> the torso made for them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +64,8 @@ class GA3CConfig:
 
     game: str = "breakout"
     sticky: float = 0.0
+    suite: str = "minatar"
+    """Whose games: ``"minatar"`` (10x10 grids) or ``"atari"`` (ale-py, 84x84x4 frames)."""
     agents: int = 16
     predictors: int = 1
     """Predictor threads (GA3C only)."""
@@ -78,11 +83,29 @@ class GA3CConfig:
                      "training_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        MinAtarTask(self.game, self.sticky)  # an unknown game fails here, before any work
+        if self.suite not in SUITES:
+            raise ValueError(f"unknown suite {self.suite!r}; choose one of {', '.join(SUITES)}")
+        if self.hyper.torso != SUITES[self.suite]:
+            raise ValueError(f"{self.suite} games take the {SUITES[self.suite]!r} torso, got "
+                             f"{self.hyper.torso!r}; set Hyper(torso={SUITES[self.suite]!r})")
+        _ = self.task  # an unknown game fails here, before any work
 
     @property
-    def task(self) -> MinAtarTask:
+    def task(self):
+        """The game's shapes: a ``MinAtarTask`` or an ``lab.envs.atari.AtariGame``."""
+        if self.suite == "atari":
+            from lab.envs.atari import AtariGame
+
+            return AtariGame(self.game, self.sticky)
         return MinAtarTask(self.game, self.sticky)
+
+    def host_env(self, seed: int):
+        """The game stepped on the host: ``reset() -> obs``, ``step(a) -> (obs, step)``."""
+        if self.suite == "atari":
+            from lab.envs.atari import HostAtari
+
+            return HostAtari(self.game, self.sticky, seed=seed)
+        return HostMinAtar(self.game, self.sticky, seed=seed)
 
 
 class Experience(NamedTuple):
@@ -162,12 +185,11 @@ class Compiled(NamedTuple):
 
 
 @functools.lru_cache(maxsize=16)
-def compile_all(hyper: Hyper, game: str, t_max: int, update_sizes: tuple[int, ...],
+def compile_all(hyper: Hyper, task, t_max: int, update_sizes: tuple[int, ...],
                 forward_sizes: tuple[int, ...]) -> Compiled:
-    """Compile every function the threads call, at every size they will call it with; the
-    same settings get the same compiled functions (a sweep over agent counts compiles once).
-    """
-    task = MinAtarTask(game)
+    """Compile every function the threads call, at every size they will call it with, for
+    ``task``'s shapes; the same settings get the same compiled functions (a sweep over agent
+    counts compiles once)."""
     opt = optimizer(hyper)
     model = init_model(hyper, task, jax.random.key(0))  # for the shapes only
     opt_state = opt.init(eqx.filter(model, eqx.is_array))
@@ -284,7 +306,7 @@ def agent_loop(index: int, config: GA3CConfig, jitted: Compiled, act: Callable,
     bootstrapped from the value of the state after it (the value the next action's
     prediction brings; the final observation's after a truncation; 0 after a termination).
     Returns when ``keep_going()`` turns false or ``act`` raises ``Stopped``."""
-    env = HostMinAtar(config.game, config.sticky, seed=index)
+    env = config.host_env(seed=index)
     gamma, rows = config.hyper.gamma, []  # rows: (obs, action, reward, terminated, version)
 
     def finish(v_next: float) -> None:
@@ -385,7 +407,7 @@ def run_ga3c(config: GA3CConfig, key: jax.Array, *, env_steps: int | None = None
     model = init_model(hyper, task, key)
     params = Params(model, optimizer(hyper).init(eqx.filter(model, eqx.is_array)))
     sizes = _buckets(config.prediction_batch)
-    jitted = compile_all(hyper, config.game, config.t_max, (config.training_batch,),
+    jitted = compile_all(hyper, task, config.t_max, (config.training_batch,),
                          tuple(sizes))
     predictions, trainings = queue.Queue(), queue.Queue()
     replies: dict[int, queue.Queue] = {}
@@ -510,7 +532,7 @@ def run_a3c(config: GA3CConfig, key: jax.Array, *, env_steps: int | None = None,
     hyper, task = config.hyper, config.task
     model = init_model(hyper, task, key)
     params = Params(model, optimizer(hyper).init(eqx.filter(model, eqx.is_array)))
-    jitted = compile_all(hyper, config.game, config.t_max, (config.t_max,), (1,))
+    jitted = compile_all(hyper, task, config.t_max, (config.t_max,), (1,))
     stats, threads = Stats(), Threads()
     rngs = np.random.default_rng(seed).spawn(config.agents)
     t = config.t_max
