@@ -3,6 +3,7 @@ every exit path (a run's end, an error in a thread, Ctrl-C)."""
 
 import queue
 import threading
+import time
 
 import jax
 import numpy as np
@@ -137,3 +138,27 @@ def test_notebook_parameters_are_refused_with_the_fix(change, message):
     configure(**NOTEBOOK)  # the valid base
     with pytest.raises(ValueError, match=message):
         configure(**(NOTEBOOK | change))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", [run_ga3c, run_a3c])
+def test_a_callback_holds_every_worker_and_its_time_is_not_counted(run):
+    """A paused panel blocks in the callback: no agent steps on (beyond the steps in flight
+    when the hold began, at most two per agent), and the held time is not the run's."""
+    seen = {}
+
+    def hold(stats):
+        if "moved" not in seen and stats.env_steps > 0:
+            start, limit = time.perf_counter(), stats.env_steps + 2 * TINY.agents
+            seen.update(moved=False, wall=start, seconds=stats.seconds())
+            while time.perf_counter() - start < 1.0:  # a window to see a step that mustn't be
+                if stats.env_steps > limit:
+                    seen["moved"] = True
+                    break
+                threading.Event().wait(0.01)
+        return True
+
+    r = run(TINY, jax.random.key(0), env_steps=200, callback=hold, every=0.05)
+    wall = time.perf_counter() - seen["wall"]  # since the hold began
+    assert seen["moved"] is False
+    assert wall - (r.seconds - seen["seconds"]) >= 1.0  # the hold is not the run's time

@@ -16,7 +16,9 @@ dm_control is imported only when such an environment is made.
 MountainCarContinuous-v0) from states, with actions in ``[-1, 1]``, for the policy-improvement
 agents; gymnax is imported only when one is made. ``lab.envs.minatar.MinAtarTask`` wraps
 gymnax's MinAtar games (discrete actions, auto-reset, terminated and truncated apart,
-optional sticky actions) for the actor-critic agents.
+optional sticky actions) for the actor-critic agents, and ``HostMinAtar`` the same games in
+MinAtar's numpy; ``lab.envs.atari.HostAtari`` is real Atari through ale-py with the standard
+preprocessing (the ``atari`` extra), stepped on the host like ``HostMinAtar``.
 """
 
 from lab.envs.cartpole import CartpoleState, CartpoleSwingup
