@@ -53,3 +53,27 @@ def test_lag_ring_acts_with_the_parameters_of_lag_updates_ago():
 def test_bad_a2c_settings_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         A2CConfig(**kwargs)
+
+
+def test_a_run_trains_with_its_own_step_size_and_discount():
+    """``with_hyper`` on a default run equals a run made with those settings; vmapped over
+    configurations, each trains as it would alone."""
+    from lab.train.a2c import Hyper, with_hyper
+
+    mine = Hyper(learning_rate=1e-3, gamma=0.9)
+    init_a, run_a = make_train(A2CConfig(envs=2, t_max=3, hyper=mine), TASK)
+    init_b, run_b = make_train(A2CConfig(envs=2, t_max=3), TASK)
+    key = jax.random.key(2)
+    alone = jax.jit(lambda k: run_a(init_a(k), 3)[0])(key)
+    changed = jax.jit(lambda k: run_b(with_hyper(init_b(k), 1e-3, 0.9), 3)[0])(key)
+    assert np.allclose(np.concatenate([x.ravel() for x in arrays(alone.model)]),
+                       np.concatenate([x.ravel() for x in arrays(changed.model)]), atol=1e-6)
+
+    lrs, gammas = np.array([1e-3, 3e-4]), np.array([0.9, 0.99])
+    both = jax.jit(jax.vmap(lambda lr, g: run_b(with_hyper(init_b(key), lr, g), 3)[0]))(
+        lrs, gammas)
+    first = jax.tree.map(lambda x: x[0], eqx.filter(both.model, eqx.is_array))
+    assert np.allclose(np.concatenate([x.ravel() for x in arrays(alone.model)]),
+                       np.concatenate([np.ravel(x) for x in jax.tree.leaves(first)]),
+                       atol=1e-6)
+    assert both.learning_rate[1] == np.float32(3e-4) and both.gamma[1] == np.float32(0.99)

@@ -12,8 +12,11 @@ predictors' parameters trail the trainers' (no importance correction, as in GA3C
 
 ``make_train(config, task) -> (init, run)``: ``init(key) -> Run``, and ``run(run, n) ->
 (run, metrics)`` takes ``n`` updates in one ``lax.scan`` (call it in chunks for live plots;
-vmap ``init`` over keys for seeds). Metrics per update: the mean return of the episodes that
-ended in its rollout (NaN when none did) and how many, and the loss's diagnostics.
+vmap ``init`` over keys for seeds). The step size and discount live in the ``Run`` (from
+``Hyper`` at ``init``): ``with_hyper(run, learning_rate, gamma)`` changes them, so a sweep
+vmaps one compiled program over configurations that share ``t_max``. Metrics per update: the
+mean return of the episodes that ended in its rollout (NaN when none did) and how many, and
+the loss's diagnostics.
 """
 
 import dataclasses
@@ -89,6 +92,14 @@ class Run(eqx.Module):
     env_state: Any
     episode_return: jax.Array  # (envs,) return so far of each game's current episode
     key: jax.Array
+    learning_rate: jax.Array  # () the RMSProp step size
+    gamma: jax.Array  # () the discount
+
+
+def with_hyper(run: Run, learning_rate, gamma) -> Run:
+    """``run`` with another step size and discount (arrays: vmap over configurations)."""
+    return eqx.tree_at(lambda r: (r.learning_rate, r.gamma), run,
+                       (jnp.asarray(learning_rate, jnp.float32), jnp.asarray(gamma, jnp.float32)))
 
 
 class Metrics(NamedTuple):
@@ -121,7 +132,7 @@ def loss_on_steps(hyper: Hyper, model: ActorCritic, obs: jax.Array, action: jax.
 def make_train(config: A2CConfig, task: MinAtarTask):
     """``(init, run)`` for ``config`` on ``task``; see the module docstring."""
     hyper = config.hyper
-    opt = optimizer(hyper)
+    opt = optimizer(dataclasses.replace(hyper, learning_rate=1.0))  # scaled by run's below
 
     def init(key: jax.Array) -> Run:
         k_net, k_env, k_run = jax.random.split(key, 3)
@@ -130,7 +141,7 @@ def make_train(config: A2CConfig, task: MinAtarTask):
         obs, env_state = jax.vmap(task.reset)(jax.random.split(k_env, config.envs))
         ring = jax.tree.map(lambda p: jnp.stack([p] * (config.lag + 1)), params)
         return Run(model, opt.init(params), ring, obs, env_state, jnp.zeros(config.envs),
-                   k_run)
+                   k_run, jnp.float32(hyper.learning_rate), jnp.float32(hyper.gamma))
 
     def rollout(run: Run, model: ActorCritic, key: jax.Array):
 
@@ -151,10 +162,10 @@ def make_train(config: A2CConfig, task: MinAtarTask):
             step, carry, jax.random.split(key, config.t_max))
         return (obs, env_state, ret), steps
 
-    def loss(model, steps):
+    def loss(model, steps, gamma):
         obs, action, reward, terminated, end, final_obs, _ = steps
         _, v_final = jax.vmap(jax.vmap(model))(final_obs)
-        discount = hyper.gamma * (1.0 - terminated.astype(jnp.float32))
+        discount = gamma * (1.0 - terminated.astype(jnp.float32))
         g = bootstrapped_returns(reward, discount, end, v_final)  # (t_max, envs)
         n = config.steps_per_update
         return loss_on_steps(hyper, model, obs.reshape(n, *obs.shape[2:]), action.reshape(n),
@@ -165,9 +176,11 @@ def make_train(config: A2CConfig, task: MinAtarTask):
         static = eqx.partition(run.model, eqx.is_array)[1]
         acting = eqx.combine(jax.tree.map(lambda r: r[0], run.ring), static)
         (obs, env_state, ret), steps = rollout(run, acting, k_roll)
-        (total, aux), grads = eqx.filter_value_and_grad(loss, has_aux=True)(run.model, steps)
+        (total, aux), grads = eqx.filter_value_and_grad(loss, has_aux=True)(
+            run.model, steps, run.gamma)
         updates, opt_state = opt.update(grads, run.opt_state, eqx.filter(run.model,
                                                                          eqx.is_array))
+        updates = jax.tree.map(lambda u: run.learning_rate * u, updates)
         model = eqx.apply_updates(run.model, updates)
         ring = jax.tree.map(lambda r, p: jnp.concatenate([r[1:], p[None]]), run.ring,
                             eqx.filter(model, eqx.is_array))
@@ -177,7 +190,8 @@ def make_train(config: A2CConfig, task: MinAtarTask):
                                 / jnp.maximum(ended, 1), jnp.nan)
         metrics = Metrics(mean_return, ended, total, aux.policy_loss, aux.value_loss,
                           aux.entropy)
-        return Run(model, opt_state, ring, obs, env_state, ret, key), metrics
+        return Run(model, opt_state, ring, obs, env_state, ret, key, run.learning_rate,
+                   run.gamma), metrics
 
     def run(state: Run, updates: int) -> tuple[Run, Metrics]:
         return jax.lax.scan(update, state, None, length=updates)
