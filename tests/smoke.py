@@ -23,6 +23,7 @@ SMOKE = {
                 "trainer_counts": [1], "throughput_seconds": 0.5, "lags": [0, 1],
                 "lag_updates": 5, "adjust_window": 0.5, "adjust_seconds": 1.0,
                 "adjust_starts": [[2, 1, 1]]},
+    "07_a2c": {"envs": 2, "seeds": 1, "total_steps": 200, "eval_every": 100},
 }
 
 # Set in every test process (tests/conftest.py) before jax starts. Most XLA optimisations off

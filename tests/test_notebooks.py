@@ -34,6 +34,7 @@ HEADLINE = {
     "06_ga3c": {"claim1_ga3c_faster", "claim2_ga3c_higher_return", "claim3_lag_grows",
                 "claim3_large_lag_hurts", "claim4_adjustment_reaches_90pc",
                 "ga3c_env_steps_per_s_by_agents", "a2c_over_ga3c_env_steps"},
+    "07_a2c": {"a2c_final_return", "env_steps", "returns"},
 }
 
 
@@ -46,7 +47,8 @@ CLAIMS = {"00_quickstart": [],
           "03_sac_ae": ["learns_above_threshold", "beats_pixel_sac"],
           "04_policy_improvement": [], "05_sweeps": ["at_least_as_good"],
           "06_ga3c": ["batching_faster", "higher_return_at_equal_time", "lag_grows",
-                      "large_lag_hurts", "adjustment_reaches_90pc"]}
+                      "large_lag_hurts", "adjustment_reaches_90pc"],
+          "07_a2c": []}
 
 
 def test_every_notebook_has_smoke_parameters():

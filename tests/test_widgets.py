@@ -257,3 +257,19 @@ def test_ga3c_panel_runs_the_host_executions_live_and_leaves_no_thread(execution
                                                      if execution == "ga3c" else set())
     assert threading.active_count() == before  # the run's threads are joined
     assert isinstance(panel.show(headless=True), Image)
+
+
+def test_a2c_panel_trains_live_and_refuses_bad_values():
+    from lab.widgets.a2c_panel import a2c_panel
+    from tests.test_a2c_experiment import NOTEBOOK
+
+    panel = a2c_panel(NOTEBOOK)
+    panel.min_interval = 0.0
+    panel.controls.widgets["total_steps"].value = 150  # not a multiple of eval_every
+    assert panel.run() is False and panel.state == "idle"  # refused before anything starts
+    panel.controls.widgets["total_steps"].value = 200
+    assert panel.run() is True
+    assert panel.wait(WAIT) and panel.state == "done", panel.error
+    returns, env_steps = panel.result
+    assert returns.shape == (1, 1, 2) and env_steps[0].tolist() == [100, 200]
+    assert panel.draws >= 1 and isinstance(panel.show(headless=True), Image)

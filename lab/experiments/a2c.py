@@ -1,0 +1,145 @@
+"""The jitted A2C on a MinAtar game, one configuration or many at once: the actor-critic
+workload of the sweeps (notebook 07 is one trial; notebook 08 records many curves and
+replays sweeps from them).
+
+``curves`` trains configurations (``learning_rate``, ``t_max``, ``discount``) for the same
+number of environment steps each, ``seeds`` seeds apiece. Configurations that share t_max
+(which sets the rollout's shape) run as one compiled program, vmapped over configurations
+and seeds (``lab.train.a2c.with_hyper``). The metric at each of ``evaluations`` equally
+spaced points is the mean return of the training episodes that ended since the point before
+(episodes of the stochastic policy as it learns, as the A3C and GA3C papers report).
+"""
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from lab.envs.minatar import GAMES, MinAtarTask
+from lab.experiments.claims import plural
+from lab.experiments.claims import summary as claims_summary
+from lab.train.a2c import A2CConfig, Hyper, make_train, with_hyper
+
+PRESETS: dict[str, dict[str, Any]] = {"default": {}}
+PARAMETERS = ("preset", "game", "sticky", "learning_rate", "t_max", "discount",
+              "entropy_cost", "envs", "seeds", "total_steps", "eval_every", "seed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """One configuration's training, validated."""
+
+    game: str
+    sticky: float
+    config: dict[str, Any]  # learning_rate, t_max, discount
+    entropy_cost: float
+    envs: int
+    seeds: int
+    total_steps: int
+    eval_every: int
+    seed: int
+
+    @property
+    def evaluations(self) -> int:
+        return self.total_steps // self.eval_every
+
+
+def configure(**params: Any) -> Setup:
+    """The notebook's parameters (``PARAMETERS``) as a ``Setup``; raises ValueError naming a
+    bad value, before any work."""
+    preset = params.get("preset", "default")
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = params | PRESETS[preset]
+    if p["game"] not in GAMES:
+        raise ValueError(f"unknown game {p['game']!r}; choose one of {', '.join(GAMES)}")
+    for name in ("t_max", "envs", "seeds", "eval_every"):
+        if p[name] < 1:
+            raise ValueError(f"{name} must be at least 1, got {p[name]}")
+    if p["learning_rate"] <= 0:
+        raise ValueError(f"learning_rate must be positive, got {p['learning_rate']}")
+    if not 0 < p["discount"] <= 1:
+        raise ValueError(f"discount must be in (0, 1], got {p['discount']}")
+    if p["total_steps"] < p["eval_every"] or p["total_steps"] % p["eval_every"]:
+        raise ValueError(f"total_steps ({p['total_steps']}) must be a multiple of eval_every "
+                         f"({p['eval_every']}), at least one")
+    MinAtarTask(p["game"], p["sticky"])  # the sticky rate
+    config = {"learning_rate": float(p["learning_rate"]), "t_max": int(p["t_max"]),
+              "discount": float(p["discount"])}
+    return Setup(p["game"], float(p["sticky"]), config, float(p["entropy_cost"]), p["envs"],
+                 p["seeds"], p["total_steps"], p["eval_every"], p["seed"])
+
+
+def curves(configs: list[dict[str, Any]], *, game: str = "breakout", sticky: float = 0.1,
+           envs: int = 16, steps: int, evaluations: int, seeds: int = 2, seed: int = 0,
+           entropy_cost: float = 0.01,
+           on_evaluation: Callable[[int, np.ndarray], bool] | None = None,
+           progress: Callable[[int, int, float], None] | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """``(returns, env_steps)``: ``returns (configs, seeds, evaluations)`` each
+    configuration's mean training-episode return in each of ``evaluations`` equal stretches
+    of about ``steps`` environment steps (NaN where no episode ended, or after a stop), and
+    ``env_steps (configs, evaluations)`` the steps done at each evaluation (whole updates
+    of ``envs x t_max`` steps, so they differ a little by t_max).
+
+    ``on_evaluation(e, returns[:, :, e] of the group)`` after each evaluation of a t_max
+    group; False stops that group (a pruned trial). ``progress(done, total, seconds)``
+    after each group."""
+    task = MinAtarTask(game, sticky)
+    out = np.full((len(configs), seeds, evaluations), np.nan)
+    at = np.zeros((len(configs), evaluations))
+    groups: dict[int, list[int]] = {}
+    for i, c in enumerate(configs):
+        groups.setdefault(int(c["t_max"]), []).append(i)
+    start, done = time.perf_counter(), 0
+    for t_max, members in sorted(groups.items()):
+        config = A2CConfig(envs=envs, t_max=t_max, hyper=Hyper(entropy_cost=entropy_cost))
+        updates = max(1, round(steps / evaluations / config.steps_per_update))
+        rows = [(i, s) for i in members for s in range(seeds)]
+        lr = np.array([configs[i]["learning_rate"] for i, _ in rows], np.float32)
+        gamma = np.array([configs[i]["discount"] for i, _ in rows], np.float32)
+        # seed s of every configuration starts from the same network and games (common
+        # random numbers: configurations differ by their settings only, and a curve does
+        # not depend on which configurations it was trained beside)
+        keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(seed), s))(
+            np.array([s for _, s in rows]))
+        state, chunk = _group(config, task, updates, lr, gamma, keys)
+        for e in range(evaluations):
+            state, m = chunk(state)
+            ended = np.asarray(m.episodes)  # (rows, updates)
+            total = np.nansum(np.asarray(m.episode_return) * ended, axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean = np.where(ended.sum(1) > 0, total / ended.sum(1), np.nan)
+            for (i, s), value in zip(rows, mean, strict=True):
+                out[i, s, e] = value
+            at[members, e] = (e + 1) * updates * config.steps_per_update
+            if on_evaluation is not None and on_evaluation(e, out[members, :, e]) is False:
+                break
+        done += len(members)
+        if progress is not None:
+            progress(done, len(configs), time.perf_counter() - start)
+    return out, at
+
+
+def _group(config: A2CConfig, task: MinAtarTask, updates: int, lr, gamma, keys):
+    """The vmapped initial runs of one t_max group and its jitted chunk of updates."""
+    init, run = make_train(config, task)
+    state = jax.jit(jax.vmap(lambda k, a, g: with_hyper(init(k), a, g)))(keys, lr, gamma)
+    return state, jax.jit(jax.vmap(lambda s: run(s, updates)))
+
+
+def summary(setup: Setup, final_return: float, steps_done: int) -> dict[str, Any]:
+    """The study and headline for ``record`` (a workload: no claim of its own)."""
+    c = setup.config
+    return claims_summary(
+        paper="Mnih et al., Asynchronous Methods for Deep Reinforcement Learning (ICML 2016): "
+              "advantage actor-critic, here synchronous and jitted",
+        paper_setting="Atari 2600, 16 asynchronous CPU agents",
+        measured=(f"MinAtar {setup.game}, {plural(setup.envs, 'game')} in step, "
+                  f"{plural(setup.seeds, 'seed')}, {steps_done:,} environment steps; "
+                  f"learning rate {c['learning_rate']:.2g}, t_max {c['t_max']}, discount "
+                  f"{c['discount']}"),
+        claims=[], headline=["a2c_final_return", "env_steps"])
