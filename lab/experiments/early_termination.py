@@ -1,4 +1,4 @@
-"""When does early termination pay? HyperTrick on its own workload (issue 21).
+"""When does early termination pay? HyperTrick on its own workload (issue 21; notebook 08).
 
 Heinrich & Frosio (2019) tuned GA3C with HyperTrick over the learning rate (log-uniform on
 [1e-5, 1e-2]), t_max (quantised log-uniform integers on [2, 100]) and the discount (one of
@@ -7,33 +7,87 @@ whose early returns rank configurations badly. Here the same question on the act
 workload, answered from recorded learning curves:
 
 1. ``sample_configs`` draws the configurations a live sweep with the same sampler seed
-   tries, trial by trial (``lab.sweeps.TrialSeededSampler``, through an in-memory study);
-2. ``lab.experiments.a2c.curves`` trains each with the jitted A2C for the same number of
-   environment steps (configurations sharing t_max as one vmapped program) and records the
-   mean training-episode return at equally spaced evaluations;
-3. ``lab.sweeps.simulator`` replays sweeps from those curves.
+   tries, trial by trial (``lab.sweeps.TrialSeededSampler`` through an in-memory study);
+2. ``a2c_curves`` trains them with the jitted A2C (notebook 07's workload,
+   ``lab.experiments.a2c.curves``), ``mpo_curves`` the MPO/Pendulum configurations of
+   notebook 05 (``lab.experiments.policy_improvement.train``): every evaluation of every
+   seed, kept in a curve file beside the run's record;
+3. ``correlations``: how well each evaluation ranks the configurations as the last one does
+   (Spearman and Kendall);
+4. ``misleading``: which settings look better (or worse) early than they end;
+5. ``simulate``: sweeps replayed from the curves (``lab.sweeps.simulator``) with every method
+   over many arrival orders, compared at equal compute;
+6. ``live``: a live sweep of notebook 07, HyperTrick against random search on the compute
+   HyperTrick used (``lab.experiments.sweeps.compare``), against the simulator's prediction
+   for the same configurations.
 """
 
+import inspect
+import math
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
+from scipy import stats
 
+from lab.experiments import a2c
+from lab.experiments.claims import Claim, plural, verdict_of
+from lab.experiments.claims import summary as claims_summary
 from lab.sweeps.hypertrick import TrialSeededSampler
-from lab.sweeps.spec import SweepSpec
+from lab.sweeps.simulator import METHODS, Curves, outcomes, replay
+from lab.sweeps.spec import SweepSpec, load_spec
 from lab.sweeps.worker import suggest
 
-# the seed's HyperTrick search space for GA3C (notebook parameters of the A2C workload)
-SPACE = {
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+# the seed's HyperTrick search space for GA3C, as notebook 07's parameters
+A2C_SPACE = {
     "learning_rate": {"type": "loguniform", "low": 1e-5, "high": 1e-2},
     "t_max": {"type": "qloguniform", "low": 2, "high": 100, "q": 1},
     "discount": {"type": "choice",
                  "values": [0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999]},
 }
+# notebook 05's MPO/Pendulum space
+MPO_SPACE = {
+    "learning_rate": {"type": "loguniform", "low": 3e-5, "high": 3e-3},
+    "n_step": {"type": "qloguniform", "low": 1, "high": 20, "q": 1},
+    "discount": {"type": "choice", "values": [0.9, 0.95, 0.99, 0.995, 0.999]},
+}
+
+
+# --- the configurations and their curves ---------------------------------------------------
+
+def a2c_spec(*, game: str, envs: int, seeds: int, total_steps: int, evaluations: int,
+             phases: int, survival: float, trials: int, workers: int, seed: int = 0,
+             name: str = "a2c") -> SweepSpec:
+    """The sweep of notebook 07 over ``A2C_SPACE`` (checked against the notebook)."""
+    return load_spec({
+        "name": name, "notebook": str(NOTEBOOKS / "07_a2c.ipynb"),
+        "metric": "a2c_final_return", "direction": "maximize", "space": A2C_SPACE,
+        "fixed": {"game": game, "envs": envs, "seeds": seeds, "total_steps": total_steps,
+                  "eval_every": total_steps // evaluations},
+        "phases": phases, "survival": survival, "trials": trials, "workers": workers,
+        "seed": seed})
+
+
+def mpo_spec(*, total_steps: int, eval_every: int, phases: int, survival: float,
+             trials: int, workers: int) -> SweepSpec:
+    """Notebook 05's sweep of MPO on Pendulum (notebook 04, one seed, no comparison)."""
+    return load_spec({
+        "name": "mpo", "notebook": str(NOTEBOOKS / "04_policy_improvement.ipynb"),
+        "metric": "mpo_final_return", "direction": "maximize", "space": MPO_SPACE,
+        "fixed": {"agent": "mpo", "compare": False, "seeds": 1, "total_steps": total_steps,
+                  "eval_every": eval_every},
+        "phases": phases, "survival": survival, "trials": trials, "workers": workers})
 
 
 def sample_configs(spec: SweepSpec, n: int, seed: int) -> list[dict[str, Any]]:
     """The parameters trials 0 .. n-1 of a live sweep of ``spec`` with sampler seed ``seed``
-    draw (the same calls a worker makes, on an in-memory study)."""
+    draw (the calls a worker makes, on an in-memory study)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=TrialSeededSampler(seed))
     out = []
@@ -42,3 +96,309 @@ def sample_configs(spec: SweepSpec, n: int, seed: int) -> list[dict[str, Any]]:
         out.append(suggest(trial, spec))
         study.tell(trial, 0.0)
     return out
+
+
+def phase_values(evaluations: np.ndarray, phases: int) -> np.ndarray:
+    """``(configurations, phases)``: the mean over seeds of the evaluation that ends each
+    phase (what a trial reports to its sweep)."""
+    n = evaluations.shape[-1]
+    if n % phases:
+        raise ValueError(f"{n} evaluations do not split into {phases} phases; make the "
+                         "evaluations a multiple of the phases")
+    ends = np.arange(1, phases + 1) * (n // phases) - 1
+    with np.errstate(all="ignore"):
+        return np.nanmean(evaluations[:, :, ends], axis=1)
+
+
+def a2c_curves(spec: SweepSpec, configs: list[dict[str, Any]], *, sticky: float = 0.1,
+               seed: int = 0, progress: Callable | None = None) -> Curves:
+    """Train ``configs`` as ``spec``'s trials would (notebook 07 with ``spec.fixed``)."""
+    f = spec.fixed
+    evaluations = f["total_steps"] // f["eval_every"]
+    returns, _ = a2c.curves(configs, game=f["game"], sticky=sticky, envs=f["envs"],
+                            steps=f["total_steps"], evaluations=evaluations,
+                            seeds=f["seeds"], seed=seed, progress=progress)
+    return Curves(spec, tuple(configs), phase_values(returns, spec.phases), returns)
+
+
+def mpo_curves(spec: SweepSpec, configs: list[dict[str, Any]],
+               progress: Callable | None = None) -> Curves:
+    """Train ``configs`` as ``spec``'s trials would (notebook 04's MPO, one seed each)."""
+    from lab.experiments import notebook_parameters
+    from lab.experiments import policy_improvement as pi
+
+    names = inspect.signature(pi.configure).parameters
+    defaults = {k: p.default for k, p in notebook_parameters(
+        NOTEBOOKS / "04_policy_improvement.ipynb").items() if k in names}
+    rows, start = [], time.perf_counter()
+    for i, c in enumerate(configs):
+        setup = pi.configure(**(defaults | spec.fixed | c))
+        result = pi.train(setup, setup.variant(setup.focus))
+        h = result.history  # evaluations after 0, eval_every, ... steps: drop the first
+        rows.append(np.asarray(h.mean_returns, float)[np.asarray(h.env_steps) > 0][None])
+        if progress is not None:
+            progress(i + 1, len(configs), time.perf_counter() - start)
+    returns = np.stack(rows)  # (configs, 1, evaluations)
+    return Curves(spec, tuple(configs), phase_values(returns, spec.phases), returns)
+
+
+# --- how predictive are early phases -------------------------------------------------------
+
+def correlations(evaluations: np.ndarray) -> dict[str, np.ndarray]:
+    """Spearman's and Kendall's rank correlation between each evaluation's metric (mean over
+    seeds) and the last one's, over the configurations measured at both."""
+    with np.errstate(all="ignore"):
+        mean = np.nanmean(evaluations, axis=1)  # (configurations, evaluations)
+    final = mean[:, -1]
+    out = {"spearman": [], "kendall": []}
+    for e in range(mean.shape[1]):
+        ok = np.isfinite(mean[:, e]) & np.isfinite(final)
+        if ok.sum() < 3:
+            out["spearman"].append(np.nan)
+            out["kendall"].append(np.nan)
+            continue
+        with warnings.catch_warnings():  # constant values: NaN, as no ranking
+            warnings.simplefilter("ignore", stats.ConstantInputWarning)
+            out["spearman"].append(stats.spearmanr(mean[ok, e], final[ok]).statistic)
+            out["kendall"].append(stats.kendalltau(mean[ok, e], final[ok]).statistic)
+    return {k: np.array(v, float) for k, v in out.items()}
+
+
+def percentiles(values: np.ndarray) -> np.ndarray:
+    """Each configuration's rank among the finite values as a percentile (1: the best)."""
+    ok = np.isfinite(values)
+    out = np.full(values.shape, np.nan)
+    out[ok] = (stats.rankdata(values[ok]) - 1) / max(ok.sum() - 1, 1)
+    return out
+
+
+def misleading(curves: Curves, phase: int = 1) -> list[dict[str, Any]]:
+    """For each value of each searched parameter (numbers in three log-spaced bins): how
+    many configurations, their mean percentile after ``phase`` and at the end, and the mean
+    of the difference (early - final; positive: looks better early than it ends)."""
+    early = percentiles(curves.sign * curves.values[:, phase - 1])
+    final = percentiles(curves.sign * curves.final)
+    rows = []
+    for d in curves.spec.space:
+        x = np.array([p[d.name] for p in curves.params], float)
+        if d.kind == "choice":
+            groups = [(f"{v:g}", x == v) for v in d.values]
+        else:
+            edges = np.geomspace(d.low, d.high, 4)
+            groups = [(f"{lo:.3g}-{hi:.3g}", (x >= lo) & (x <= hi))
+                      for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+        for label, member in groups:
+            ok = member & np.isfinite(early) & np.isfinite(final)
+            if ok.any():
+                rows.append({"parameter": d.name, "value": label, "configurations": int(ok.sum()),
+                             "early": float(early[ok].mean()), "final": float(final[ok].mean()),
+                             "early_minus_final": float((early[ok] - final[ok]).mean())})
+    return rows
+
+
+# --- sweeps replayed, and one live ---------------------------------------------------------
+
+def simulate(curves: Curves, *, orders: int, workers: int, trials: int | None = None,
+             methods: tuple[str, ...] = METHODS, seed: int = 0) -> dict[str, Any]:
+    """Every method over ``orders`` arrival orders; per method its mean compute, mean best
+    final metric, and how often it was at least random search's best on the same compute
+    (random search: the same order, run without termination, read at that compute)."""
+    out = outcomes(curves, methods, orders=orders, trials=trials, workers=workers, seed=seed)
+    grid, rows = out["grid"], []
+    for m in methods:
+        used = out["compute"][m]
+        at = np.minimum(np.searchsorted(grid, used - 1e-9), len(grid) - 1)
+        mine = out["best"][m][:, -1]
+        random_there = out["best"]["none"][np.arange(len(used)), at]
+        sign = curves.sign
+        with np.errstate(invalid="ignore"):
+            ahead = np.where(np.isnan(mine), False, ~(sign * mine < sign * random_there))
+        rows.append({"method": m, "compute": float(used.mean()),
+                     "best": float(np.nanmean(mine)), "best_q10": float(np.nanquantile(mine, 0.1)),
+                     "best_q90": float(np.nanquantile(mine, 0.9)),
+                     "random_at_same_compute": float(np.nanmean(random_there)),
+                     "at_least_random": float(ahead.mean())})
+    return out | {"rows": rows}
+
+
+def predict_live(curves: Curves, trials: int, *, workers: int, replays: int = 200,
+                 seed: int = 0) -> dict[str, np.ndarray]:
+    """The simulator's prediction for a live sweep of the first ``trials`` configurations
+    (a live sweep with the curves' sampler seed draws exactly those): over ``replays``
+    random worker timings, HyperTrick's best and compute, and random search's best on
+    ``floor(compute)`` whole trials, as ``lab.experiments.sweeps.compare`` runs them."""
+    order = np.arange(trials)
+    best, used, random = [], [], []
+    for k in range(replays):
+        r = replay(curves, "hypertrick", order, workers=workers,
+                   rng=np.random.default_rng([seed, k]))
+        best.append(r.trace[-1, 1])
+        used.append(r.trace[-1, 0])
+        whole = max(1, math.floor(used[-1] + 1e-9))
+        rs = replay(curves, "none", order[:whole], workers=workers).trace
+        random.append(rs[-1, 1])
+    return {"hypertrick_best": np.array(best), "hypertrick_compute": np.array(used),
+            "random_best": np.array(random)}
+
+
+def live(spec: SweepSpec, out: Path, storage: str | None = None) -> dict[str, Any]:
+    """HyperTrick then random search on its compute, live (SQLite, ``spec.workers``)."""
+    from lab.experiments import sweeps
+
+    pair = sweeps.compare(spec, spec.seed, out, storage=storage, name=spec.name)
+    m = sweeps.verdict(spec, [pair])
+    return m["comparisons"][0] | {"hypertrick_seconds": m["hypertrick_seconds"][0],
+                                  "random_seconds": m["random_seconds"][0]}
+
+
+def within(value: float, sample: np.ndarray, low: float = 0.05, high: float = 0.95) -> bool:
+    """``value`` inside the ``low``-``high`` quantile range of ``sample`` (a tolerance of
+    1e-6 for ties with the edges)."""
+    lo, hi = np.nanquantile(sample, [low, high])
+    return bool(lo - 1e-6 <= value <= hi + 1e-6)
+
+
+# --- the verdict ---------------------------------------------------------------------------
+
+def verdict(a2c_curves: Curves, mpo_curves: Curves, simulated: dict[str, Any],
+            live_result: dict[str, Any] | None, prediction: dict[str, np.ndarray] | None
+            ) -> dict[str, Any]:
+    """The numbers of the claims and the rule of thumb (every figure measured)."""
+    m: dict[str, Any] = {"configurations": len(a2c_curves.values),
+                         "seeds": int(a2c_curves.evaluations.shape[1]),
+                         "evaluations": int(a2c_curves.evaluations.shape[2]),
+                         "phases": a2c_curves.spec.phases,
+                         "survival": a2c_curves.spec.survival,
+                         "mpo_configurations": len(mpo_curves.values)}
+    for name, c in (("a2c", a2c_curves), ("mpo", mpo_curves)):
+        r = correlations(c.evaluations)
+        m[f"{name}_spearman"], m[f"{name}_kendall"] = r["spearman"].tolist(), r["kendall"].tolist()
+        first = c.evaluations.shape[2] // c.spec.phases - 1  # the first phase's end
+        m[f"{name}_spearman_phase1"] = float(r["spearman"][first])
+        m[f"{name}_kendall_phase1"] = float(r["kendall"][first])
+    m["a2c_misleading"] = misleading(a2c_curves)
+    rows = {r["method"]: r for r in simulated["rows"]}
+    m["simulated"] = simulated["rows"]
+    m["orders"] = len(simulated["compute"]["none"])
+    ht = rows["hypertrick"]
+    m["hypertrick_compute"], m["hypertrick_best"] = ht["compute"], ht["best"]
+    m["random_best_at_hypertrick_compute"] = ht["random_at_same_compute"]
+    m["hypertrick_at_least_random"] = ht["at_least_random"]
+    m["random_best_full"] = rows["none"]["best"]
+    m["claim_as_good_on_less_compute"] = bool(ht["at_least_random"] >= 0.5)
+    m["best_method"] = max((r for r in simulated["rows"] if r["method"] != "none"),
+                           key=lambda r: r["at_least_random"])["method"]
+    if live_result is not None and prediction is not None:
+        m["live"] = live_result
+        m["live_predicted_hypertrick_best"] = [float(np.nanquantile(
+            prediction["hypertrick_best"], q)) for q in (0.05, 0.5, 0.95)]
+        m["live_predicted_random_best"] = [float(np.nanquantile(
+            prediction["random_best"], q)) for q in (0.05, 0.5, 0.95)]
+        m["claim_simulator_predicts_live"] = bool(
+            within(live_result["hypertrick_best"], prediction["hypertrick_best"])
+            and within(live_result["random_best"], prediction["random_best"]))
+    else:
+        m["claim_simulator_predicts_live"] = None
+    return m
+
+
+def rule_of_thumb(m: dict[str, Any]) -> str:
+    """Which early termination to choose, from the correlations measured."""
+    a2c_rho, mpo_rho = m["a2c_spearman_phase1"], m["mpo_spearman_phase1"]
+    return (f"Look at how well the first phase ranks configurations as the end does "
+            f"(Spearman's rho, measured on a few configurations trained to the end). Here: "
+            f"A2C/MinAtar {a2c_rho:.2f}, MPO/Pendulum {mpo_rho:.2f}. Where it is high (about "
+            f"0.7 or more), early termination pays: HyperTrick, with no barrier, suits "
+            f"workers that finish at different times; ASHA does the same with geometric "
+            f"rungs. Where it is low or negative (a workload that learns late and suddenly, "
+            f"or settings such as a short horizon that look good early and plateau lower), "
+            f"run every configuration to the end, or make the first phase longer.")
+
+
+def summary(m: dict[str, Any]) -> dict[str, Any]:
+    """The claims, study and headline for ``record``."""
+    claims = [
+        Claim("as_good_on_less_compute", "On its own workload (actor-critic hyperparameters), "
+              "HyperTrick finds configurations at least as good as random search on the "
+              "compute it used", verdict_of(m["claim_as_good_on_less_compute"],
+                                            weakly=m["hypertrick_at_least_random"] < 0.75),
+              {"HyperTrick at least random search, share of orders":
+               m["hypertrick_at_least_random"],
+               "HyperTrick best (mean)": m["hypertrick_best"],
+               "random search best on that compute": m["random_best_at_hypertrick_compute"],
+               "HyperTrick compute (whole trials)": m["hypertrick_compute"],
+               "orders": m["orders"]}),
+        Claim("early_phases_predict", "Early phases rank actor-critic configurations as the "
+              "end does (better than MPO/Pendulum's)",
+              verdict_of(m["a2c_spearman_phase1"] > max(m["mpo_spearman_phase1"], 0.5),
+                         weakly=m["a2c_spearman_phase1"] < 0.7),
+              {"Spearman after phase 1: A2C": m["a2c_spearman_phase1"],
+               "MPO": m["mpo_spearman_phase1"],
+               "Kendall after phase 1: A2C": m["a2c_kendall_phase1"],
+               "MPO ": m["mpo_kendall_phase1"]}),
+        Claim("simulator_predicts_live", "The replay simulator predicts a live sweep's best "
+              "(HyperTrick and random search) within its 5-95% spread",
+              verdict_of(m["claim_simulator_predicts_live"]),
+              ({"live HyperTrick best": m["live"]["hypertrick_best"],
+                "predicted 5/50/95%": str([round(x, 3) for x in
+                                           m["live_predicted_hypertrick_best"]]),
+                "live random best": m["live"]["random_best"],
+                "predicted 5/50/95% ": str([round(x, 3) for x in
+                                            m["live_predicted_random_best"]])}
+               if "live" in m else {"live sweep": "not run"}))]
+    return claims_summary(
+        paper="Heinrich & Frosio, Metaoptimization on a Distributed System for Deep "
+              "Reinforcement Learning (2019): HyperTrick",
+        paper_setting="GA3C on Atari games, trials spread over many machines",
+        measured=(f"{plural(m['configurations'], 'configuration')} of the jitted A2C on "
+                  f"MinAtar ({plural(m['seeds'], 'seed')}), {m['phases']} phases, survival "
+                  f"{m['survival']}, {m['orders']} replayed orders; "
+                  f"{plural(m['mpo_configurations'], 'MPO/Pendulum configuration')}"),
+        claims=claims,
+        headline=["a2c_spearman_phase1", "mpo_spearman_phase1", "hypertrick_at_least_random",
+                  "hypertrick_compute", "best_method"])
+
+
+def describe(m: dict[str, Any]) -> str:
+    """The conclusions as Markdown, every number from ``m``."""
+    held = {True: "holds", False: "does not hold", None: "not tested"}
+    lines = [
+        f"**Early phases on A2C/MinAtar**: Spearman's rho between the first phase's return "
+        f"and the final one {m['a2c_spearman_phase1']:.2f} (Kendall "
+        f"{m['a2c_kendall_phase1']:.2f}) over {m['configurations']} configurations; "
+        f"MPO/Pendulum {m['mpo_spearman_phase1']:.2f} (Kendall {m['mpo_kendall_phase1']:.2f}) "
+        f"over {m['mpo_configurations']}.", "",
+        f"**HyperTrick against random search on the same compute "
+        f"({held[m['claim_as_good_on_less_compute']]})**: over {m['orders']} arrival orders "
+        f"HyperTrick used {m['hypertrick_compute']:.1f} trials of compute and found a best "
+        f"final return of {m['hypertrick_best']:.3f} on average; random search on that "
+        f"compute {m['random_best_at_hypertrick_compute']:.3f}; HyperTrick was at least as "
+        f"good on {m['hypertrick_at_least_random']:.0%} of the orders.", "",
+        "| method | compute (trials) | best (mean) | 10-90% | random search on that compute "
+        "| at least random |", "|---|---|---|---|---|---|"]
+    for r in m["simulated"]:
+        lines.append(f"| {r['method']} | {r['compute']:.1f} | {r['best']:.3f} | "
+                     f"{r['best_q10']:.3f}-{r['best_q90']:.3f} | "
+                     f"{r['random_at_same_compute']:.3f} | {r['at_least_random']:.0%} |")
+    worst = sorted(m["a2c_misleading"], key=lambda r: -r["early_minus_final"])[:3]
+    lines += ["", "**Settings that look better after the first phase than they end** "
+              "(mean percentile early - final): " + "; ".join(
+                  f"{r['parameter']} {r['value']}: {r['early_minus_final']:+.2f} "
+                  f"({r['configurations']})" for r in worst) + "."]
+    if "live" in m:
+        live = m["live"]
+        lines += ["", f"**Live sweep** ({held[m['claim_simulator_predicts_live']]}): "
+                  f"HyperTrick best {live['hypertrick_best']:.3f} with "
+                  f"{live['hypertrick_compute']:.2f} trials of compute (predicted 5/50/95%: "
+                  f"{', '.join(f'{x:.3f}' for x in m['live_predicted_hypertrick_best'])}); "
+                  f"random search {live['random_best']:.3f} (predicted "
+                  f"{', '.join(f'{x:.3f}' for x in m['live_predicted_random_best'])})."]
+    lines += ["", "**Rule of thumb.** " + rule_of_thumb(m)]
+    return "\n".join(lines)
+
+
+def plain(curves: Curves) -> dict[str, Any]:
+    """A curve set's configurations and values as plain data (for metrics.json)."""
+    return {"params": list(curves.params), "values": np.where(
+        np.isnan(curves.values), None, curves.values).tolist()}
+

@@ -64,6 +64,8 @@ class Curves:
     spec: SweepSpec
     params: tuple[dict[str, Any], ...]
     values: np.ndarray  # (configurations, phases)
+    evaluations: np.ndarray | None = None
+    """Optional, everything measured: ``(configurations, seeds, evaluations)``."""
 
     @property
     def final(self) -> np.ndarray:
@@ -75,20 +77,27 @@ class Curves:
         return 1.0 if self.spec.direction == "maximize" else -1.0
 
 
-def save_curves(path: str | Path, spec: SweepSpec, params: list[dict[str, Any]],
-                values: np.ndarray) -> Path:
-    """Write curves as JSON (the spec as plain data, each configuration's parameters and
-    metric per phase); refuses to overwrite a file that exists."""
+def save_curves(path: str | Path, curves: Curves) -> Path:
+    """Write curves as JSON (the spec as plain data, each configuration's parameters, its
+    metric per phase and, if kept, every evaluation of every seed); refuses to overwrite a
+    file that exists."""
     path = Path(path)
     if path.exists():
         raise FileExistsError(f"{path} exists; choose another path or delete it first")
-    values = np.asarray(values, float)
-    Curves(spec, tuple(params), values)  # the shapes
-    _check(spec, params, values, str(path))
+    values = np.asarray(curves.values, float)
+    _check(curves.spec, list(curves.params), values, str(path))
+    raw = {"spec": curves.spec.as_dict(), "params": list(curves.params),
+           "values": _listed(values)}
+    if curves.evaluations is not None:
+        raw["evaluations"] = _listed(np.asarray(curves.evaluations, float))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"spec": spec.as_dict(), "params": params,
-                                "values": values.tolist()}))
+    path.write_text(json.dumps(raw))
     return path
+
+
+def _listed(x: np.ndarray) -> list:
+    """Nested lists with None for NaN (JSON has no NaN)."""
+    return np.where(np.isnan(x), None, x).tolist()
 
 
 def load_curves(path: str | Path) -> Curves:
@@ -104,9 +113,15 @@ def load_curves(path: str | Path) -> Curves:
     if not isinstance(raw, dict) or {"spec", "params", "values"} - set(raw):
         raise CurveError(f"{path} needs the keys spec, params and values (save_curves)")
     spec = load_spec(raw["spec"], check_notebook=False)
-    values = np.asarray(raw["values"], float)
+    values = np.array(raw["values"], float)  # None -> NaN
     _check(spec, raw["params"], values, str(path))
-    return Curves(spec, tuple(raw["params"]), values)
+    evaluations = raw.get("evaluations")
+    if evaluations is not None:
+        evaluations = np.array(evaluations, float)
+        if evaluations.ndim != 3 or len(evaluations) != len(values):
+            raise CurveError(f"{path}: evaluations must be (configurations, seeds, "
+                             f"evaluations), got shape {evaluations.shape}")
+    return Curves(spec, tuple(raw["params"]), values, evaluations)
 
 
 def _check(spec: SweepSpec, params: list, values: np.ndarray, where: str) -> None:
