@@ -24,6 +24,11 @@ SMOKE = {
                 "lag_updates": 5, "adjust_window": 0.5, "adjust_seconds": 1.0,
                 "adjust_starts": [[2, 1, 1]]},
     "07_a2c": {"envs": 2, "seeds": 1, "total_steps": 200, "eval_every": 100},
+    "08_early_termination": {"configurations": 3, "seeds": 1, "envs": 2, "total_steps": 80,
+                             "evaluations": 2, "phases": 2, "orders": 3,
+                             "mpo_configurations": 3, "mpo_total_steps": 200,
+                             "mpo_eval_every": 100,
+                             "mpo_fixed": {"widths": 8, "batch_size": 8}, "live_trials": 0},
 }
 
 # Set in every test process (tests/conftest.py) before jax starts. Most XLA optimisations off

@@ -35,6 +35,8 @@ HEADLINE = {
                 "claim3_large_lag_hurts", "claim4_adjustment_reaches_90pc",
                 "ga3c_env_steps_per_s_by_agents", "a2c_over_ga3c_env_steps"},
     "07_a2c": {"a2c_final_return", "env_steps", "returns"},
+    "08_early_termination": {"a2c_spearman", "mpo_spearman", "simulated",
+                             "hypertrick_at_least_random", "a2c_curves", "mpo_curves"},
 }
 
 
@@ -48,7 +50,9 @@ CLAIMS = {"00_quickstart": [],
           "04_policy_improvement": [], "05_sweeps": ["at_least_as_good"],
           "06_ga3c": ["batching_faster", "higher_return_at_equal_time", "lag_grows",
                       "large_lag_hurts", "adjustment_reaches_90pc"],
-          "07_a2c": []}
+          "07_a2c": [],
+          "08_early_termination": ["as_good_on_less_compute", "early_phases_predict",
+                                   "simulator_predicts_live"]}
 
 
 def test_every_notebook_has_smoke_parameters():

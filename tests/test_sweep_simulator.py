@@ -112,12 +112,15 @@ def test_the_live_pruners_are_the_ones_replayed():
 
 def test_curve_files_round_trip_and_bad_ones_are_refused(tmp_path):
     c = curves_of(monotone(n=4, phases=2))
-    path = save_curves(tmp_path / "curves.json", c.spec, list(c.params), c.values)
+    c = Curves(c.spec, c.params, c.values, np.arange(24.0).reshape(4, 2, 3))
+    c.evaluations[1, 1, 1] = np.nan
+    path = save_curves(tmp_path / "curves.json", c)
     back = load_curves(path)
     np.testing.assert_array_equal(back.values, c.values)
+    np.testing.assert_array_equal(back.evaluations, c.evaluations)  # NaN kept
     assert back.params == c.params and back.spec.phases == 2
     with pytest.raises(FileExistsError, match="exists; choose another path"):
-        save_curves(path, c.spec, list(c.params), c.values)
+        save_curves(path, c)
     assert load_curves(path).values.shape == (4, 2)  # nothing was overwritten
 
     def broken(change):

@@ -22,6 +22,7 @@ workload, answered from recorded learning curves:
    for the same configurations.
 """
 
+import dataclasses
 import inspect
 import math
 import time
@@ -38,7 +39,7 @@ from lab.experiments import a2c
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
 from lab.sweeps.hypertrick import TrialSeededSampler
-from lab.sweeps.simulator import METHODS, Curves, outcomes, replay
+from lab.sweeps.simulator import METHODS, Curves, load_curves, outcomes, replay
 from lab.sweeps.spec import SweepSpec, load_spec
 from lab.sweeps.worker import suggest
 
@@ -59,6 +60,78 @@ MPO_SPACE = {
 }
 
 
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    # the issue's scale: 128 configurations, 1000 orders (about an hour on 2 cores)
+    "claim": dict(configurations=128, total_steps=1_000_000, evaluations=16, orders=1000,
+                  mpo_configurations=32, mpo_total_steps=8000, mpo_eval_every=500,
+                  live_trials=12),
+}
+PARAMETERS = ("preset", "game", "configurations", "seeds", "envs", "total_steps",
+              "evaluations", "phases", "survival", "workers", "orders", "mpo_configurations",
+              "mpo_total_steps", "mpo_eval_every", "mpo_fixed", "live_trials", "sampler_seed",
+              "curves_from")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """Everything notebook 08 runs, validated."""
+
+    a2c: SweepSpec  # notebook 07's sweep (its trials: the live sweep's size)
+    mpo: SweepSpec  # notebook 05's MPO/Pendulum sweep
+    configurations: int
+    mpo_configurations: int
+    orders: int
+    live_trials: int
+    curves_from: str
+    preset: str
+
+
+def configure(**params: Any) -> Setup:
+    """The notebook's parameters (``PARAMETERS``) as a ``Setup``; raises ValueError naming a
+    bad one before any work (a curve file that does not exist or does not match included)."""
+    preset = params.get("preset", "default")
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = params | PRESETS[preset]
+    for name in ("configurations", "seeds", "envs", "evaluations", "orders", "workers",
+                 "mpo_configurations", "mpo_eval_every"):
+        if p[name] < 1:
+            raise ValueError(f"{name} must be at least 1, got {p[name]}")
+    if p["configurations"] < 3 or p["mpo_configurations"] < 3:
+        raise ValueError("configurations and mpo_configurations must be at least 3 (a rank "
+                         f"correlation needs them), got {p['configurations']} and "
+                         f"{p['mpo_configurations']}")
+    if p["evaluations"] % p["phases"]:
+        raise ValueError(f"evaluations ({p['evaluations']}) must be a multiple of phases "
+                         f"({p['phases']}), so that every phase ends at an evaluation")
+    if p["total_steps"] % p["evaluations"]:
+        raise ValueError(f"total_steps ({p['total_steps']}) must be a multiple of evaluations "
+                         f"({p['evaluations']})")
+    if p["mpo_total_steps"] % (p["phases"] * p["mpo_eval_every"]):
+        raise ValueError(f"mpo_total_steps ({p['mpo_total_steps']}) must be a multiple of "
+                         f"phases x mpo_eval_every ({p['phases']} x {p['mpo_eval_every']})")
+    if not 0 <= p["live_trials"] <= p["configurations"]:
+        raise ValueError(f"live_trials must be between 0 (no live sweep) and configurations "
+                         f"({p['configurations']}), got {p['live_trials']}")
+    a2c_sweep = a2c_spec(game=p["game"], envs=p["envs"], seeds=p["seeds"],
+                         total_steps=p["total_steps"], evaluations=p["evaluations"],
+                         phases=p["phases"], survival=p["survival"],
+                         trials=max(p["live_trials"], 1), workers=p["workers"],
+                         seed=p["sampler_seed"])
+    mpo_sweep = mpo_spec(total_steps=p["mpo_total_steps"], eval_every=p["mpo_eval_every"],
+                         phases=p["phases"], survival=p["survival"],
+                         trials=p["mpo_configurations"], workers=p["workers"],
+                         fixed=p.get("mpo_fixed") or {})
+    if p["curves_from"]:
+        recorded = load_curves(p["curves_from"])  # CurveError names what does not match
+        if recorded.spec.space != a2c_sweep.space or recorded.spec.phases != p["phases"]:
+            raise ValueError(f"{p['curves_from']} holds curves of another sweep (space or "
+                             "phases differ); record new ones (curves_from = '')")
+    return Setup(a2c_sweep, mpo_sweep, p["configurations"], p["mpo_configurations"],
+                 p["orders"], p["live_trials"], p["curves_from"], preset)
+
+
 # --- the configurations and their curves ---------------------------------------------------
 
 def a2c_spec(*, game: str, envs: int, seeds: int, total_steps: int, evaluations: int,
@@ -75,13 +148,14 @@ def a2c_spec(*, game: str, envs: int, seeds: int, total_steps: int, evaluations:
 
 
 def mpo_spec(*, total_steps: int, eval_every: int, phases: int, survival: float,
-             trials: int, workers: int) -> SweepSpec:
-    """Notebook 05's sweep of MPO on Pendulum (notebook 04, one seed, no comparison)."""
+             trials: int, workers: int, fixed: dict | None = None) -> SweepSpec:
+    """Notebook 05's sweep of MPO on Pendulum (notebook 04, one seed, no comparison; ``fixed``
+    sets more of notebook 04's parameters, such as ``widths``)."""
     return load_spec({
         "name": "mpo", "notebook": str(NOTEBOOKS / "04_policy_improvement.ipynb"),
         "metric": "mpo_final_return", "direction": "maximize", "space": MPO_SPACE,
         "fixed": {"agent": "mpo", "compare": False, "seeds": 1, "total_steps": total_steps,
-                  "eval_every": eval_every},
+                  "eval_every": eval_every} | (fixed or {}),
         "phases": phases, "survival": survival, "trials": trials, "workers": workers})
 
 
@@ -395,6 +469,26 @@ def describe(m: dict[str, Any]) -> str:
                   f"{', '.join(f'{x:.3f}' for x in m['live_predicted_random_best'])})."]
     lines += ["", "**Rule of thumb.** " + rule_of_thumb(m)]
     return "\n".join(lines)
+
+
+def curves(m: dict[str, Any], simulated: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What ``record(curves=...)`` stores for the compare view: each workload's Spearman
+    correlation against the fraction of training, and the median best found against
+    compute for each replayed method."""
+    out = {}
+    for name in ("a2c", "mpo"):
+        rho = m[f"{name}_spearman"]
+        out[f"{name}_spearman"] = {"x": (np.arange(1, len(rho) + 1) / len(rho)).tolist(),
+                                   "y": rho, "xlabel": "fraction of training",
+                                   "ylabel": "Spearman's rho with the final return"}
+    for method, best in simulated["best"].items():
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no best yet
+            median = np.nanmedian(best, axis=0)
+        out[f"{method}_best"] = {"x": simulated["grid"].tolist(), "y": median.tolist(),
+                                 "xlabel": "compute (whole trials)",
+                                 "ylabel": "best final return found (median)"}
+    return out
 
 
 def plain(curves: Curves) -> dict[str, Any]:
