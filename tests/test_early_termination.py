@@ -1,0 +1,92 @@
+"""Notebook 08's pieces (``lab.experiments.early_termination``) on hand-made curves: phase
+values, rank correlations, settings that mislead, the configurations a live sweep draws,
+refused parameters; and one small live sweep against the simulator's prediction."""
+
+import numpy as np
+import pytest
+
+from lab.experiments import early_termination as et
+from lab.sweeps.simulator import Curves, save_curves
+
+SPEC = et.a2c_spec(game="breakout", envs=2, seeds=1, total_steps=80, evaluations=2,
+                   phases=2, survival=0.5, trials=2, workers=2)
+
+
+def test_phase_values_are_the_seed_mean_at_each_phase_end():
+    e = np.arange(16.0).reshape(2, 2, 4)  # 2 configurations, 2 seeds, 4 evaluations
+    np.testing.assert_array_equal(et.phase_values(e, 2), [[3, 5], [11, 13]])
+    with pytest.raises(ValueError, match="4 evaluations do not split into 3 phases"):
+        et.phase_values(e, 3)
+
+
+def test_rank_correlations_by_hand():
+    final = np.array([1.0, 2.0, 3.0, 4.0])
+    e = np.stack([final[::-1], [2.0, 1.0, 3.0, 4.0], final], axis=1)[:, None, :]
+    r = et.correlations(e)
+    np.testing.assert_allclose(r["spearman"], [-1.0, 0.8, 1.0])
+    np.testing.assert_allclose(r["kendall"], [-1.0, 4 / 6, 1.0])  # one discordant pair of 6
+
+
+def test_settings_that_look_good_early_and_end_low():
+    params = tuple({"learning_rate": 1e-3, "t_max": 5, "discount": d}
+                   for d in (0.9, 0.9, 0.99, 0.99))
+    values = np.array([[4.0, 1.0], [3.0, 2.0], [2.0, 3.0], [1.0, 4.0]])
+    rows = et.misleading(Curves(SPEC, params, values))
+    by = {(r["parameter"], r["value"]): r for r in rows}
+    # discount 0.9: percentiles early 1 and 2/3, final 0 and 1/3
+    assert by["discount", "0.9"]["early_minus_final"] == pytest.approx(2 / 3)
+    assert by["discount", "0.99"]["early_minus_final"] == pytest.approx(-2 / 3)
+    assert by["t_max", "2-7.37"]["configurations"] == 4  # log-spaced bins of [2, 100]
+
+
+def test_the_configurations_are_the_ones_a_live_sweep_draws():
+    configs = et.sample_configs(SPEC, 20, seed=3)
+    assert configs == et.sample_configs(SPEC, 20, seed=3) != et.sample_configs(SPEC, 20, 4)
+    assert all(isinstance(c["t_max"], int) and 2 <= c["t_max"] <= 100 for c in configs)
+    assert all(1e-5 <= c["learning_rate"] <= 1e-2 for c in configs)
+    assert {c["discount"] for c in configs} <= set(et.A2C_SPACE["discount"]["values"])
+
+
+NOTEBOOK = {"preset": "default", "game": "breakout", "configurations": 3, "seeds": 1,
+            "envs": 2, "total_steps": 80, "evaluations": 2, "phases": 2, "survival": 0.5,
+            "workers": 2, "orders": 3, "mpo_configurations": 3, "mpo_total_steps": 200,
+            "mpo_eval_every": 100, "mpo_fixed": {}, "live_trials": 0, "sampler_seed": 0,
+            "curves_from": ""}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"evaluations": 3}, r"evaluations \(3\) must be a multiple of phases \(2\)"),
+    ({"configurations": 2}, "configurations and mpo_configurations must be at least 3"),
+    ({"live_trials": 4}, r"live_trials must be between 0 \(no live sweep\) and configurations"),
+    ({"mpo_total_steps": 300}, r"mpo_total_steps \(300\) must be a multiple of phases"),
+    ({"workers": 0}, "workers must be at least 1, got 0"),
+    ({"curves_from": "nowhere.json"}, "curve file nowhere.json does not exist"),
+    ({"preset": "huge"}, "unknown preset 'huge'; choose one of default, claim"),
+])
+def test_bad_parameters_are_refused_before_any_work(change, message):
+    et.configure(**NOTEBOOK)
+    with pytest.raises(ValueError, match=message):
+        et.configure(**(NOTEBOOK | change))
+
+
+def test_curves_of_another_sweep_are_refused(tmp_path):
+    other = et.a2c_spec(game="breakout", envs=2, seeds=1, total_steps=80, evaluations=4,
+                        phases=4, survival=0.5, trials=2, workers=2)
+    params = tuple(et.sample_configs(other, 3, 0))
+    path = save_curves(tmp_path / "a2c_curves.json", Curves(other, params, np.ones((3, 4))))
+    with pytest.raises(ValueError, match="holds curves of another sweep"):
+        et.configure(**(NOTEBOOK | {"curves_from": str(path)}))
+
+
+@pytest.mark.slow
+def test_a_live_sweep_lands_where_the_simulator_predicts(tmp_path):
+    """Two trials of notebook 07 under HyperTrick (2 worker processes), then random search on
+    its compute; the recorded curves of the same configurations predict both."""
+    spec = et.a2c_spec(game="breakout", envs=2, seeds=1, total_steps=400, evaluations=2,
+                       phases=2, survival=0.5, trials=2, workers=2, name="live-test")
+    curves = et.a2c_curves(spec, et.sample_configs(spec, 2, 0))
+    prediction = et.predict_live(curves, 2, workers=2, replays=20)
+    live = et.live(spec, tmp_path)
+    assert live["hypertrick_compute"] in set(prediction["hypertrick_compute"].round(6))
+    assert et.within(live["hypertrick_best"], prediction["hypertrick_best"], 0.0, 1.0)
+    assert et.within(live["random_best"], prediction["random_best"], 0.0, 1.0)
