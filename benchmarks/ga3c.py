@@ -10,7 +10,10 @@ at each number of vmapped games. Prints environment steps, predictions (states t
 network) and trainings (updates) per second, then the two ratios the issue sets targets for:
 GA3C / A3C environment steps per second at 16 agents (target at least 3x) and the fastest
 jitted A2C / GA3C at 16 agents (target at least 100x). The host runs step MinAtar's numpy
-games in Python threads, the A2C gymnax's inside one compiled program.
+games in Python threads, the A2C gymnax's inside one compiled program. Last, the network's
+floating-point work per environment step (XLA's count for one forward pass, times the five
+passes an A2C step makes) and the rate the fastest A2C ran it at: where that is near the
+CPU's peak, the A2C is bound by the network, not by stepping games.
 """
 
 import argparse
@@ -19,10 +22,11 @@ import os
 import platform
 
 import jax
+import jax.numpy as jnp
 
 from lab.experiments.benchmarking import cpu_model
 from lab.experiments.ga3c import run_a2c
-from lab.train.a2c import A2CConfig
+from lab.train.a2c import A2CConfig, init_model
 from lab.train.ga3c import GA3CConfig, run_a3c, run_ga3c
 
 TARGETS = {"ga3c/a3c at 16 agents": 3.0, "a2c/ga3c": 100.0}
@@ -61,6 +65,19 @@ def main() -> None:
         for name, ratio in ratios.items():
             verdict = "meets" if ratio >= TARGETS[name] else "below"
             print(f"{name}: {ratio:.1f}x ({verdict} the target of {TARGETS[name]:g}x)")
+    flops = forward_flops(base)
+    fastest = max(rates["a2c", e] for e in args.a2c_envs)
+    print(f"network: {flops / 1e3:,.0f} kFLOP per forward pass; an A2C step makes about 5 "
+          f"(acting, the loss's forward and backward, the bootstrap value): "
+          f"{5 * flops * fastest / 1e9:.1f} GFLOP/s at {fastest:,.0f} env steps/s")
+
+
+def forward_flops(config: GA3CConfig) -> float:
+    """XLA's count of floating-point operations for one forward pass of the network."""
+    model = init_model(config.hyper, config.task, jax.random.key(0))
+    obs = jnp.zeros(config.task.obs_shape)
+    cost = jax.jit(lambda x: model(x)).lower(obs).compile().cost_analysis()
+    return float((cost if isinstance(cost, dict) else cost[0])["flops"])
 
 
 if __name__ == "__main__":

@@ -19,3 +19,4 @@ def test_benchmark_prints_every_execution_and_both_ratios():
         ["ga3c", "16"], ["a3c", "16"], ["a2c", "4"]]
     assert "ga3c/a3c at 16 agents:" in out.stdout and "a2c/ga3c:" in out.stdout
     assert "target of 3x" in out.stdout and "target of 100x" in out.stdout
+    assert "kFLOP per forward pass" in out.stdout and "GFLOP/s at" in out.stdout

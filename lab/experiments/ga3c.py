@@ -296,9 +296,11 @@ def verdict(setup: Setup, learned: dict[str, list[Result]], rates: dict[str, Any
     m["trainer_counts"] = [r["trainers"] for r in trainer_rows]
     grows = lag_by_agents[-1] > lag_by_agents[0] and (
         len(lag_by_trainers) < 2 or lag_by_trainers[-1] > lag_by_trainers[0])
-    finals = {lag: float(np.nanmean(smoothed(c, 10)[:, -1])) for lag, c in lags.items()}
+    per_seed = {lag: smoothed(c, 10)[:, -1] for lag, c in lags.items()}  # last tenth
+    finals = {lag: float(np.nanmean(r)) for lag, r in per_seed.items()}
     m["lags"] = list(finals)
     m["a2c_final_return_by_lag"] = list(finals.values())
+    m["a2c_final_returns_by_lag"] = [r.tolist() for r in per_seed.values()]  # per seed
     m["claim3_lag_grows"] = bool(grows)
     m["claim3_large_lag_hurts"] = (None if len(finals) < 2 or np.isnan(list(finals.values())).any()
                                    else bool(finals[max(finals)] < finals[min(finals)]))
