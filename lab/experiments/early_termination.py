@@ -62,10 +62,13 @@ MPO_SPACE = {
 
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
-    # the issue's scale: 128 configurations, 1000 orders (about an hour on 2 cores)
-    "claim": dict(configurations=128, total_steps=1_000_000, evaluations=16, orders=1000,
-                  mpo_configurations=32, mpo_total_steps=8000, mpo_eval_every=500,
-                  live_trials=12),
+    # the issue's scale, fitted to about an hour on 2 cores: 104 configurations (at least
+    # 100) of 320,000 steps x 2 seeds (about 25 min of the A2C at 44,000 steps/s, plus 10 s of
+    # compilation per t_max group), 1000 orders; MPO as notebook 05's claim (6,000 steps in
+    # 4 phases)
+    "claim": dict(configurations=104, total_steps=320_000, evaluations=16, orders=1000,
+                  mpo_configurations=24, mpo_total_steps=6000, mpo_eval_every=500,
+                  live_trials=10),
 }
 PARAMETERS = ("preset", "game", "configurations", "seeds", "envs", "total_steps",
               "evaluations", "phases", "survival", "workers", "orders", "mpo_configurations",
@@ -295,6 +298,57 @@ def simulate(curves: Curves, *, orders: int, workers: int, trials: int | None = 
     return out | {"rows": rows}
 
 
+NOISE = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0)  # break_even's levels, in the finals' spread
+
+
+def break_even(curves: Curves, *, noise: tuple[float, ...] = NOISE, orders: int, workers: int, methods: tuple[str, ...] = ("hypertrick", "asha"),
+               seed: int = 0) -> list[dict[str, Any]]:
+    """When does early termination pay? Synthetic curves that end where the recorded ones do
+    but whose earlier phases rank the configurations more or less well: each earlier phase is
+    the final metric plus Gaussian noise of ``noise`` times the finals' standard deviation
+    (0: early rank equals final rank), and a last level whose earlier phases are the finals
+    mirrored (early rank reversed). Per level: Spearman's rho between the first phase and
+    the final metric, and each method's share of ``orders`` at least as good as random
+    search on its compute (``simulate``)."""
+    final = curves.final
+    spread = float(np.nanstd(final)) or 1.0
+    rng = np.random.default_rng(seed)
+    levels = [(f"noise {s:g}", final[:, None] + s * spread * rng.standard_normal(
+        (len(final), curves.spec.phases - 1))) for s in noise]
+    levels.append(("reversed", np.repeat((2 * np.nanmean(final) - final)[:, None],
+                                         curves.spec.phases - 1, axis=1)))
+    rows = []
+    for label, early in levels:
+        synthetic = Curves(curves.spec, curves.params, np.column_stack([early, final]))
+        ok = np.isfinite(early[:, 0]) & np.isfinite(final)
+        with warnings.catch_warnings():  # constant values: NaN, as no ranking
+            warnings.simplefilter("ignore", stats.ConstantInputWarning)
+            rho = (stats.spearmanr(early[ok, 0], final[ok]).statistic if ok.sum() >= 3
+                   else np.nan)
+        sim = simulate(synthetic, orders=orders, workers=workers,
+                       methods=(*methods, "none"), seed=seed)
+        rows.append({"level": label, "spearman_phase1": float(rho)} | {
+            f"{r['method']}_at_least_random": r["at_least_random"] for r in sim["rows"]
+            if r["method"] != "none"} | {
+            f"{r['method']}_compute": r["compute"] for r in sim["rows"]})
+    return rows
+
+
+def threshold(rows: list[dict[str, Any]], method: str = "hypertrick",
+              share: float = 0.5) -> float | None:
+    """The smallest first-phase Spearman's rho among ``break_even`` levels from which on
+    (every level with a larger rho included) ``method`` is at least random search on
+    ``share`` of the orders; None if no level qualifies."""
+    ranked = sorted((r for r in rows if np.isfinite(r["spearman_phase1"])),
+                    key=lambda r: -r["spearman_phase1"])
+    found = None
+    for r in ranked:
+        if r[f"{method}_at_least_random"] < share:
+            break
+        found = r["spearman_phase1"]
+    return found
+
+
 def predict_live(curves: Curves, trials: int, *, workers: int, replays: int = 200,
                  seed: int = 0) -> dict[str, np.ndarray]:
     """The simulator's prediction for a live sweep of the first ``trials`` configurations
@@ -335,8 +389,9 @@ def within(value: float, sample: np.ndarray, low: float = 0.05, high: float = 0.
 # --- the verdict ---------------------------------------------------------------------------
 
 def verdict(a2c_curves: Curves, mpo_curves: Curves, simulated: dict[str, Any],
-            live_result: dict[str, Any] | None, prediction: dict[str, np.ndarray] | None
-            ) -> dict[str, Any]:
+            live_result: dict[str, Any] | None, prediction: dict[str, np.ndarray] | None,
+            mpo_simulated: dict[str, Any] | None = None,
+            break_even_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The numbers of the claims and the rule of thumb (every figure measured)."""
     m: dict[str, Any] = {"configurations": len(a2c_curves.values),
                          "seeds": int(a2c_curves.evaluations.shape[1]),
@@ -360,6 +415,15 @@ def verdict(a2c_curves: Curves, mpo_curves: Curves, simulated: dict[str, Any],
     m["hypertrick_at_least_random"] = ht["at_least_random"]
     m["random_best_full"] = rows["none"]["best"]
     m["claim_as_good_on_less_compute"] = bool(ht["at_least_random"] >= 0.5)
+    if mpo_simulated is not None:
+        m["mpo_simulated"] = mpo_simulated["rows"]
+        mpo_rows = {r["method"]: r for r in mpo_simulated["rows"]}
+        m["mpo_hypertrick_at_least_random"] = mpo_rows["hypertrick"]["at_least_random"]
+        m["mpo_hypertrick_compute"] = mpo_rows["hypertrick"]["compute"]
+    if break_even_rows is not None:
+        m["break_even"] = break_even_rows
+        m["hypertrick_threshold"] = threshold(break_even_rows, "hypertrick")
+        m["asha_threshold"] = threshold(break_even_rows, "asha")
     m["best_method"] = max((r for r in simulated["rows"] if r["method"] != "none"),
                            key=lambda r: r["at_least_random"])["method"]
     if live_result is not None and prediction is not None:
@@ -377,16 +441,30 @@ def verdict(a2c_curves: Curves, mpo_curves: Curves, simulated: dict[str, Any],
 
 
 def rule_of_thumb(m: dict[str, Any]) -> str:
-    """Which early termination to choose, from the correlations measured."""
+    """Which early termination to choose, from the correlations and replays measured."""
     a2c_rho, mpo_rho = m["a2c_spearman_phase1"], m["mpo_spearman_phase1"]
-    return (f"Look at how well the first phase ranks configurations as the end does "
-            f"(Spearman's rho, measured on a few configurations trained to the end). Here: "
-            f"A2C/MinAtar {a2c_rho:.2f}, MPO/Pendulum {mpo_rho:.2f}. Where it is high (about "
-            f"0.7 or more), early termination pays: HyperTrick, with no barrier, suits "
-            f"workers that finish at different times; ASHA does the same with geometric "
-            f"rungs. Where it is low or negative (a workload that learns late and suddenly, "
-            f"or settings such as a short horizon that look good early and plateau lower), "
-            f"run every configuration to the end, or make the first phase longer.")
+    text = (f"Train a few configurations to the end first and measure how well the first "
+            f"phase ranks them as the end does (Spearman's rho). Here: A2C/MinAtar "
+            f"{a2c_rho:.2f}, where HyperTrick was at least random search on its compute on "
+            f"{m['hypertrick_at_least_random']:.0%} of the replayed orders")
+    if "mpo_hypertrick_at_least_random" in m:
+        text += (f"; MPO/Pendulum {mpo_rho:.2f}, where it was on "
+                 f"{m['mpo_hypertrick_at_least_random']:.0%}")
+    text += ". "
+    if "break_even" in m:
+        cut = {k: m[f"{k}_threshold"] for k in ("hypertrick", "asha")}
+        said = {k: (f"from rho {v:.2f} up" if v is not None else "at no level measured")
+                for k, v in cut.items()}
+        text += (f"On the A2C configurations with their earlier phases made more or less "
+                 f"predictive (break-even table), HyperTrick was at least random search on "
+                 f"half of the orders {said['hypertrick']}, ASHA {said['asha']}. ")
+    text += ("So: where the first phase's rho is above that, early termination pays; "
+             "choose HyperTrick when workers finish at different times and no barrier is "
+             "wanted, ASHA for geometric rungs (more, shorter early trials). Where it is "
+             "below, or where the settings that look best early are the ones that plateau "
+             "lower (the misleading-settings table: short horizons, low discounts), run "
+             "every configuration to the end or make the first phase longer.")
+    return text
 
 
 def summary(m: dict[str, Any]) -> dict[str, Any]:
@@ -467,6 +545,20 @@ def describe(m: dict[str, Any]) -> str:
                   f"{', '.join(f'{x:.3f}' for x in m['live_predicted_hypertrick_best'])}); "
                   f"random search {live['random_best']:.3f} (predicted "
                   f"{', '.join(f'{x:.3f}' for x in m['live_predicted_random_best'])})."]
+    if "mpo_simulated" in m:
+        r = {x["method"]: x for x in m["mpo_simulated"]}["hypertrick"]
+        lines += ["", f"**The same replay on MPO/Pendulum**: HyperTrick used "
+                  f"{r['compute']:.1f} trials of compute, best {r['best']:.1f} against random "
+                  f"search's {r['random_at_same_compute']:.1f} on that compute, at least as "
+                  f"good on {r['at_least_random']:.0%} of the orders."]
+    if "break_even" in m:
+        lines += ["", "**Break-even** (the A2C finals, earlier phases made more or less "
+                  "predictive):", "",
+                  "| earlier phases | Spearman phase 1 | HyperTrick at least random | "
+                  "HyperTrick compute | ASHA at least random |", "|---|---|---|---|---|"]
+        lines += [f"| {r['level']} | {r['spearman_phase1']:.2f} | "
+                  f"{r['hypertrick_at_least_random']:.0%} | {r['hypertrick_compute']:.1f} | "
+                  f"{r['asha_at_least_random']:.0%} |" for r in m["break_even"]]
     lines += ["", "**Rule of thumb.** " + rule_of_thumb(m)]
     return "\n".join(lines)
 
@@ -481,6 +573,14 @@ def curves(m: dict[str, Any], simulated: dict[str, Any]) -> dict[str, dict[str, 
         out[f"{name}_spearman"] = {"x": (np.arange(1, len(rho) + 1) / len(rho)).tolist(),
                                    "y": rho, "xlabel": "fraction of training",
                                    "ylabel": "Spearman's rho with the final return"}
+    if "break_even" in m:
+        rows = sorted(m["break_even"], key=lambda r: r["spearman_phase1"])
+        for method in ("hypertrick", "asha"):
+            out[f"{method}_break_even"] = {
+                "x": [r["spearman_phase1"] for r in rows],
+                "y": [r[f"{method}_at_least_random"] for r in rows],
+                "xlabel": "Spearman's rho, first phase with the final",
+                "ylabel": "share of orders at least random search"}
     for method, best in simulated["best"].items():
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no best yet
