@@ -39,6 +39,31 @@ def test_settings_that_look_good_early_and_end_low():
     assert by["t_max", "2-7.37"]["configurations"] == 4  # log-spaced bins of [2, 100]
 
 
+def test_break_even_keeps_the_finals_and_spans_exact_to_reversed_early_ranks():
+    params = tuple({"learning_rate": 1e-3, "t_max": 5, "discount": 0.99} for _ in range(16))
+    spec = et.a2c_spec(game="breakout", envs=2, seeds=1, total_steps=80, evaluations=4,
+                       phases=4, survival=0.5, trials=2, workers=2)
+    final = np.arange(16.0)
+    curves = Curves(spec, params, np.tile(final[:, None], (1, 4)))
+    rows = et.break_even(curves, noise=(0.0, 100.0), orders=20, workers=2)
+    assert [r["level"] for r in rows] == ["noise 0", "noise 100", "reversed"]
+    assert rows[0]["spearman_phase1"] == pytest.approx(1.0)
+    assert rows[-1]["spearman_phase1"] == pytest.approx(-1.0)
+    # early rank = final rank: HyperTrick is at least random search on every order, and
+    # spends less than the 16 trials random search runs; reversed, it keeps the worst
+    assert rows[0]["hypertrick_at_least_random"] == 1.0
+    assert rows[0]["hypertrick_compute"] < 16 == rows[0]["none_compute"]
+    assert rows[-1]["hypertrick_at_least_random"] < 0.5
+
+
+def test_the_threshold_is_the_lowest_rho_from_which_on_every_level_pays():
+    rows = [{"spearman_phase1": rho, "hypertrick_at_least_random": share}
+            for rho, share in ((1.0, 1.0), (0.8, 0.9), (0.5, 0.4), (0.3, 0.6), (-1.0, 0.0))]
+    assert et.threshold(rows) == 0.8  # 0.3 pays again, but 0.5 between does not
+    assert et.threshold(rows, share=0.95) == 1.0
+    assert et.threshold(rows, share=1.01) is None
+
+
 def test_the_configurations_are_the_ones_a_live_sweep_draws():
     configs = et.sample_configs(SPEC, 20, seed=3)
     assert configs == et.sample_configs(SPEC, 20, seed=3) != et.sample_configs(SPEC, 20, 4)
