@@ -4,6 +4,7 @@ import threading
 import time
 
 import ipywidgets as widgets
+import numpy as np
 import pytest
 from IPython.display import Image
 
@@ -272,4 +273,24 @@ def test_a2c_panel_trains_live_and_refuses_bad_values():
     assert panel.wait(WAIT) and panel.state == "done", panel.error
     returns, env_steps = panel.result
     assert returns.shape == (1, 1, 2) and env_steps[0].tolist() == [100, 200]
+    assert panel.draws >= 1 and isinstance(panel.show(headless=True), Image)
+
+
+def test_early_termination_panel_replays_against_random_search():
+    from lab.sweeps.simulator import Curves
+    from lab.widgets.early_termination_panel import early_termination_panel
+    from tests.test_early_termination import SPEC
+
+    params = tuple({"learning_rate": 1e-3, "t_max": 5, "discount": 0.99} for _ in range(8))
+    values = np.tile(np.arange(8.0)[:, None], (1, SPEC.phases))  # early rank = final rank
+    panel = early_termination_panel(Curves(SPEC, params, values), orders=5)
+    panel.min_interval = 0.0
+    assert panel.controls.widgets["trials"].max == 8  # the sliders hold every value in range
+    assert panel.run() is True
+    assert panel.wait(WAIT) and panel.state == "done", panel.error
+    best = panel.result
+    assert set(best) == {"hypertrick", "none"} and best["none"].shape == (5, 32)
+    # random search runs all 8 trials and finds the best (7); HyperTrick never does worse
+    # on the compute it used, since early rank is the final rank
+    assert (best["none"][:, -1] == 7).all()
     assert panel.draws >= 1 and isinstance(panel.show(headless=True), Image)

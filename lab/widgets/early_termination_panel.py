@@ -11,6 +11,7 @@ Pause holds the replays between two orders; Stop ends them. ``panel.result`` hol
 ``(orders, grid)`` bests of both.
 """
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,8 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     grid = data["grid"]
     for (name, best), color in zip(data["best"].items(), ("C0", "C1"), strict=True):
         b = np.array(best)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # no trial finished yet: NaN
             lo, mid, hi = np.nanquantile(b, [0.1, 0.5, 0.9], axis=0)
         ax.plot(grid, mid, color=color, label=f"{name} (median of {len(b)} orders)")
         ax.fill_between(grid, lo, hi, color=color, alpha=0.2)
