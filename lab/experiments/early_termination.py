@@ -301,7 +301,8 @@ def simulate(curves: Curves, *, orders: int, workers: int, trials: int | None = 
 NOISE = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0)  # break_even's levels, in the finals' spread
 
 
-def break_even(curves: Curves, *, noise: tuple[float, ...] = NOISE, orders: int, workers: int, methods: tuple[str, ...] = ("hypertrick", "asha"),
+def break_even(curves: Curves, *, orders: int, workers: int,
+               noise: tuple[float, ...] = NOISE, methods: tuple[str, ...] = ("hypertrick", "asha"),
                seed: int = 0) -> list[dict[str, Any]]:
     """When does early termination pay? Synthetic curves that end where the recorded ones do
     but whose earlier phases rank the configurations more or less well: each earlier phase is
