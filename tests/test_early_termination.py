@@ -64,6 +64,14 @@ def test_the_threshold_is_the_lowest_rho_from_which_on_every_level_pays():
     assert et.threshold(rows, share=1.01) is None
 
 
+def test_a_phase_with_no_ranking_counts_as_no_prediction():
+    # MPO's first phase can end before it learns: every configuration ties and Spearman's
+    # rho is NaN, which must not make the comparison false
+    assert et.ranks_better(0.94, float("nan"))
+    assert not et.ranks_better(float("nan"), 0.2)
+    assert not et.ranks_better(0.6, 0.7) and not et.ranks_better(0.45, 0.0)
+
+
 def test_the_configurations_are_the_ones_a_live_sweep_draws():
     configs = et.sample_configs(SPEC, 20, seed=3)
     assert configs == et.sample_configs(SPEC, 20, seed=3) != et.sample_configs(SPEC, 20, 4)
