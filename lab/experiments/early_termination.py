@@ -241,6 +241,15 @@ def correlations(evaluations: np.ndarray) -> dict[str, np.ndarray]:
     return {k: np.array(v, float) for k, v in out.items()}
 
 
+def first_phase(curves: Curves, ranked: dict[str, np.ndarray] | None = None
+                ) -> dict[str, float]:
+    """Spearman's and Kendall's correlation between the first phase's end and the final
+    evaluation (``ranked``: ``correlations`` of the curves, if already computed)."""
+    ranked = correlations(curves.evaluations) if ranked is None else ranked
+    end = curves.evaluations.shape[2] // curves.spec.phases - 1
+    return {kind: float(values[end]) for kind, values in ranked.items()}
+
+
 def percentiles(values: np.ndarray) -> np.ndarray:
     """Each configuration's rank among the finite values as a percentile (1: the best)."""
     ok = np.isfinite(values)
@@ -403,9 +412,8 @@ def verdict(a2c_curves: Curves, mpo_curves: Curves, simulated: dict[str, Any],
     for name, c in (("a2c", a2c_curves), ("mpo", mpo_curves)):
         r = correlations(c.evaluations)
         m[f"{name}_spearman"], m[f"{name}_kendall"] = r["spearman"].tolist(), r["kendall"].tolist()
-        first = c.evaluations.shape[2] // c.spec.phases - 1  # the first phase's end
-        m[f"{name}_spearman_phase1"] = float(r["spearman"][first])
-        m[f"{name}_kendall_phase1"] = float(r["kendall"][first])
+        for kind, rho in first_phase(c, r).items():
+            m[f"{name}_{kind}_phase1"] = rho
     m["a2c_misleading"] = misleading(a2c_curves)
     rows = {r["method"]: r for r in simulated["rows"]}
     m["simulated"] = simulated["rows"]
