@@ -1,0 +1,57 @@
+"""Megatron-LM's tensor parallelism (Shoeybi et al. 2019, arXiv 1909.08053) as shardings.
+
+Per Transformer block, with the weights of ``eqx.nn.Linear`` stored ``(out, in)``:
+
+- column-parallel (output rows split over the ``model`` axis, whole heads per device):
+  ``query``, ``key``, ``value`` and the MLP's first matmul ``mlp_in``, with their biases;
+- row-parallel (input columns split): the attention's ``output`` projection and the MLP's
+  second matmul ``mlp_out``, whose partial products are summed across the model devices
+  (one all-reduce after attention and one after the MLP, in each direction);
+- everything else (embeddings, LayerNorms, the read-out) replicated.
+
+``megatron_specs(tree)`` gives the ``PartitionSpec`` of every array leaf of a model, or of
+an optimizer state that mirrors it (Adam's moments sit at paths ending in the same names),
+so a whole train step can be compiled with these layouts and XLA's partitioner inserts the
+collectives. The heads must divide over the model devices (``check_heads``).
+"""
+
+import equinox as eqx
+import jax
+from jax.sharding import PartitionSpec as P
+
+COLUMN = ("query", "key", "value", "mlp_in")
+ROW = ("output", "mlp_out")
+
+
+def _names(path) -> list[str]:
+    return [getattr(k, "name", getattr(k, "key", None)) for k in path]
+
+
+def spec_of(path, x, axis: str = "model") -> P:
+    """The Megatron layout of the leaf at ``path`` (a ``jax.tree_util`` key path)."""
+    names = _names(path)
+    layer, kind = (names[-2], names[-1]) if len(names) >= 2 else (None, None)
+    if layer in COLUMN:
+        return P(axis) if kind == "bias" else P(axis, None)
+    if layer in ROW and kind == "weight":
+        return P(None, axis)
+    return P()
+
+
+def megatron_specs(tree, axis: str = "model"):
+    """``tree`` with every array leaf (or ``ShapeDtypeStruct``, for a program compiled from
+    shapes) replaced by its Megatron ``PartitionSpec``; other leaves None."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: spec_of(path, x, axis) if _is_array(x) else None, tree)
+
+
+def _is_array(x) -> bool:
+    return eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
+
+
+def check_heads(heads: int, devices: int) -> None:
+    """A one-line ValueError when ``heads`` do not divide over ``devices`` model devices:
+    Megatron gives each device whole heads, so it stops at ``devices == heads``."""
+    if devices < 1 or heads % devices:
+        raise ValueError(f"{heads} heads do not divide over {devices} tensor-parallel devices; "
+                         f"Megatron needs whole heads per device, so use a divisor of {heads}")
