@@ -29,6 +29,13 @@ SMOKE = {
                              "mpo_configurations": 3, "mpo_total_steps": 200,
                              "mpo_eval_every": 100,
                              "mpo_fixed": {"widths": 8, "batch_size": 8}, "live_trials": 0},
+    "09_sequence_parallel": {"devices": 2, "length": 32, "keys": 2, "values": 4, "hidden": 16,
+                             "layers": 1, "batch": 2, "steps": 4, "exact_devices": [2],
+                             "tensor_devices": 2, "memory_hidden": 16, "memory_batch": 2,
+                             "memory_bl": [32], "search_hidden": 16, "search_length": 32,
+                             "search_batch": 2, "search_precision": 1,
+                             "budget_mib": 0.5, "one_device_hidden": 16,
+                             "one_device_budget_mib": 0.0},
 }
 
 # Set in every test process (tests/conftest.py) before jax starts. Most XLA optimisations off

@@ -37,6 +37,9 @@ HEADLINE = {
     "07_a2c": {"a2c_final_return", "env_steps", "returns"},
     "08_early_termination": {"a2c_spearman", "mpo_spearman", "simulated",
                              "hypertrick_at_least_random", "a2c_curves", "mpo_curves"},
+    "09_sequence_parallel": {"max_output_error", "curve_max_abs_difference",
+                             "local_final_accuracy", "mlp_crossover_bl", "batch_ratio",
+                             "length_ratio", "max_batch_by_devices", "communication"},
 }
 
 
@@ -52,7 +55,9 @@ CLAIMS = {"00_quickstart": [],
                       "large_lag_hurts", "adjustment_reaches_90pc"],
           "07_a2c": [],
           "08_early_termination": ["as_good_on_less_compute", "early_phases_predict",
-                                   "simulator_predicts_live"]}
+                                   "simulator_predicts_live"],
+          "09_sequence_parallel": ["exact", "identical_curves", "ablation_at_chance",
+                                   "crossover_sign", "larger_than_tensor", "linear_in_devices"]}
 
 
 def test_every_notebook_has_smoke_parameters():
@@ -234,4 +239,21 @@ def test_sweep_bad_values_fail_before_any_kernel_starts(tmp_path, params, messag
     assert main(["run", str(ROOT / "notebooks/05_sweeps.ipynb"), *params,
                  "--out", str(out)]) == 2
     assert capsys.readouterr().err.startswith(f"error: 05_sweeps.ipynb: {message}")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("params, message", [
+    (["-p", "length", "100"], "length 100 does not divide over 8 devices; use a multiple of 8"),
+    (["-p", "tensor_devices", "3"], "4 heads do not divide over 3 tensor-parallel devices"),
+    (["-p", "devices", "12"], "devices must be a power of two"),
+])
+def test_sequence_parallel_bad_values_fail_before_any_kernel_starts(tmp_path, params, message,
+                                                                    capsys):
+    from lab.experiments.cli import main
+
+    out = tmp_path / "reports"
+    nb = str(ROOT / "notebooks/09_sequence_parallel.ipynb")
+    assert main(["run", nb, *params, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
     assert not out.exists()

@@ -1,0 +1,683 @@
+"""Sequence parallelism (Li et al., arXiv 2105.13120) measured on simulated devices.
+
+The studies of notebook 09, each a function of plain sizes:
+
+1. ``exactness``: Ring Self-Attention and blockwise ring attention against
+   ``full_attention``, outputs and gradients, for each number of devices.
+2. ``train``: a Transformer trained on key-value retrieval (``lab.data.retrieval``) on one
+   device and sequence-parallel over N devices (same batches, same initial model), and the
+   ablation that attends only within each device's chunk.
+3. ``memory_model``: per-device bytes of one block's train step (Adam included) under
+   Megatron's tensor parallelism and under sequence parallelism, over B x L, beside the
+   paper's formulas for the MLP block.
+4. ``max_sizes``: the largest batch (fixed L) and the largest L (fixed batch) whose compiled
+   train step fits a per-device budget, for tensor parallelism at its cap (N = heads) and
+   sequence parallelism at N = 1 ... devices.
+5. ``communication``: bytes each device sends in the compiled RSA train step against the
+   paper's 8 (N - 1) B Z (L / N) A, and the all-reduces of Megatron's.
+6. ``longest_one_device``: one device's longest sequence with full against blockwise
+   attention (the ``gpu`` preset's question, at a small budget on CPU).
+
+Every per-device byte count is read from a compiled program (``lab.parallel.cost``), never
+run: simulated devices share this machine's cores, so they show memory and communication,
+not speed.
+"""
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from lab.data.retrieval import Retrieval
+from lab.experiments.claims import Claim, plural, verdict_of
+from lab.experiments.claims import summary as claims_summary
+from lab.models.transformer import Block, Transformer, full_attention
+from lab.parallel import SIMULATE, cost
+from lab.parallel.megatron import check_heads, megatron_specs
+from lab.parallel.ring import blockwise_attention, ring_attention, ring_self_attention
+from lab.train import sequence_parallel as sp
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    # longer training (3 seeds) and finer sweeps: about 20 minutes on the 2-core CPU
+    "claim": {"steps": 600, "seeds": 3, "memory_bl": [256, 512, 1024, 2048, 4096, 8192,
+                                                      16384, 32768]},
+    # the lent GPU machine: sweeps at larger sizes on its 16 cores' simulated CPU devices,
+    # and one GPU's longest sequence with full against blockwise attention
+    "gpu": {"memory_hidden": 256, "memory_bl": [1024, 2048, 4096, 8192, 16384, 32768, 65536],
+            "search_hidden": 256, "search_length": 1024, "budget_mib": 256,
+            "one_device_budget_mib": 60_000, "one_device_hidden": 512},
+}
+PARAMETERS = ("preset", "devices", "length", "keys", "values", "hidden", "heads", "layers",
+              "batch", "steps", "learning_rate", "seeds", "seed", "exact_devices",
+              "tensor_devices", "memory_hidden", "memory_batch", "memory_bl", "search_hidden",
+              "search_layers", "search_length", "search_batch", "search_precision", "budget_mib",
+              "one_device_hidden", "one_device_budget_mib")
+ATTENTIONS = ("rsa", "ring")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """The notebook's parameters, validated."""
+
+    devices: int  # simulated CPU devices (the largest N)
+    task: Retrieval
+    hidden: int
+    heads: int
+    layers: int
+    batch: int
+    steps: int
+    learning_rate: float
+    seeds: int
+    seed: int
+    exact_devices: tuple[int, ...]
+    tensor_devices: int  # Megatron's devices: at most the heads (whole heads per device)
+    memory_hidden: int
+    memory_batch: int
+    memory_bl: tuple[int, ...]
+    search_hidden: int
+    search_layers: int
+    search_length: int
+    search_batch: int
+    search_precision: int  # searches stop within 1 / search_precision of the largest size
+    budget_mib: float
+    one_device_hidden: int
+    one_device_budget_mib: float
+
+    @property
+    def sequence_devices(self) -> list[int]:
+        """N = 1, 2, 4, ... up to ``devices``."""
+        return [2 ** k for k in range(self.devices.bit_length()) if 2 ** k <= self.devices]
+
+
+def configure(**params: Any) -> Setup:
+    """The notebook's parameters (``PARAMETERS``) as a ``Setup``; a one-line ValueError
+    naming a bad value, before any compilation."""
+    preset = params.get("preset", "default")
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = params | PRESETS[preset]
+    for name in ("devices", "hidden", "heads", "layers", "batch", "steps", "seeds",
+                 "tensor_devices", "memory_hidden", "memory_batch", "search_hidden",
+                 "search_layers", "search_length", "search_batch", "search_precision",
+                 "one_device_hidden"):
+        if p[name] < 1:
+            raise ValueError(f"{name} must be at least 1, got {p[name]}")
+    if p["devices"] & (p["devices"] - 1):
+        raise ValueError(f"devices must be a power of two (the sweeps halve it), got "
+                         f"{p['devices']}")
+    for n in list(p["exact_devices"]) + [p["devices"]]:
+        if n < 1 or n > p["devices"]:
+            raise ValueError(f"exact_devices {n} is outside 1 to devices ({p['devices']})")
+    for name, length in (("length", p["length"]), ("search_length", p["search_length"])):
+        for n in (p["devices"], *p["exact_devices"]):
+            if length % n:
+                raise ValueError(f"{name} {length} does not divide over {n} devices; use a "
+                                 f"multiple of {n}")
+    for bl in p["memory_bl"]:
+        if bl % (p["memory_batch"] * p["devices"]):
+            raise ValueError(f"memory_bl {bl} is not memory_batch ({p['memory_batch']}) "
+                             f"times a multiple of {p['devices']} devices")
+    check_heads(p["heads"], p["tensor_devices"])
+    if p["tensor_devices"] > p["devices"]:
+        raise ValueError(f"tensor_devices {p['tensor_devices']} is more than devices "
+                         f"({p['devices']})")
+    for name in ("hidden", "memory_hidden", "search_hidden", "one_device_hidden"):
+        if p[name] % p["heads"]:
+            raise ValueError(f"{name} {p[name]} does not divide into {p['heads']} heads")
+    if p["learning_rate"] <= 0 or p["budget_mib"] <= 0 or p["one_device_budget_mib"] < 0:
+        raise ValueError("learning_rate and budget_mib must be positive and "
+                         "one_device_budget_mib at least 0 (0 skips that study)")
+    task = Retrieval(length=p["length"], keys=p["keys"], values=p["values"])
+    return Setup(p["devices"], task, p["hidden"], p["heads"], p["layers"], p["batch"],
+                 p["steps"], float(p["learning_rate"]), p["seeds"], p["seed"],
+                 tuple(p["exact_devices"]), p["tensor_devices"], p["memory_hidden"],
+                 p["memory_batch"], tuple(p["memory_bl"]), p["search_hidden"],
+                 p["search_layers"], p["search_length"], p["search_batch"],
+                 p["search_precision"], float(p["budget_mib"]), p["one_device_hidden"],
+                 float(p["one_device_budget_mib"]))
+
+
+def simulate_devices(n: int) -> None:
+    """Ask XLA for ``n`` CPU devices: the flag is read when jax's backend starts, so this
+    must run before anything touches a device (the notebook's first cell). A one-line
+    RuntimeError when jax already runs with fewer (restart the kernel)."""
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():
+        have = len(jax.devices("cpu"))
+        if have < n:
+            raise RuntimeError(f"jax already started with {have} CPU devices and {n} are "
+                               f"needed; restart the kernel (or export {SIMULATE} first)")
+        return
+    flag = f"--xla_force_host_platform_device_count={n}"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+
+
+# 1. exactness ----------------------------------------------------------------------------
+
+def exactness(devices: list[int], *, length: int = 256, heads: int = 4, head_dim: int = 16,
+              seed: int = 0) -> list[dict[str, Any]]:
+    """Max absolute error of each sequence-parallel attention against ``full_attention``
+    (outputs, and gradients of a random projection of the output w.r.t. q, k, v), float32."""
+    q, k, v, w = (jax.random.normal(key, (length, heads, head_dim))
+                  for key in jax.random.split(jax.random.key(seed), 4))
+    rows = []
+    for causal in (False, True):
+        def projected(attend, q, k, v, causal=causal):
+            return jnp.sum(attend(q, k, v, causal) * w)
+
+        ref = full_attention(q, k, v, causal)
+        ref_grads = jax.grad(lambda *a: projected(full_attention, *a), argnums=(0, 1, 2))(q, k, v)
+        for n in devices:
+            mesh = sp.sequence_mesh(n, platform="cpu")
+            for name, make in (("rsa", ring_self_attention), ("ring", ring_attention)):
+                attend = jax.shard_map(partial(_apply, make("seq"), causal=causal), mesh=mesh,
+                                       in_specs=P("seq"), out_specs=P("seq"))
+                out = jax.jit(attend)(q, k, v)
+                grads = jax.jit(jax.grad(lambda *a, f=attend: jnp.sum(f(*a) * w),
+                                         argnums=(0, 1, 2)))(q, k, v)
+                rows.append({"devices": n, "attention": name, "causal": causal,
+                             "output_error": float(jnp.abs(out - ref).max()),
+                             "gradient_error": max(float(jnp.abs(g - r).max())
+                                                   for g, r in zip(grads, ref_grads,
+                                                                   strict=True))})
+    return rows
+
+
+def _apply(attend, q, k, v, *, causal):
+    return attend(q, k, v, causal)
+
+
+# 2. the same training ----------------------------------------------------------------------
+
+def train(setup: Setup, devices: int, attention: str, *, seed: int = 0, perturb: bool = False,
+          on_chunk: Callable[[int, dict[str, np.ndarray]], bool] | None = None,
+          chunk: int = 50) -> dict[str, np.ndarray]:
+    """Loss and accuracy per step of the retrieval Transformer: one device (``devices ==
+    1``, full attention) or sequence-parallel over ``devices`` with ``attention``. The model
+    and the batches depend on ``seed`` only; with ``perturb`` every initial weight is scaled
+    by 1 + 2^-23 (one float32 rounding step), the size of the differences that another
+    order of summation makes. ``on_chunk(steps_done, curves)`` after every ``chunk`` steps;
+    False stops."""
+    optimizer = optax.adam(setup.learning_rate)
+    mesh = None if devices == 1 else sp.sequence_mesh(devices, platform="cpu")
+    model, opt_state = sp.init(setup.task, optimizer, hidden=setup.hidden, heads=setup.heads,
+                               layers=setup.layers, key=jax.random.key(seed))
+    if perturb:
+        eps = float(jnp.finfo(jnp.float32).eps)
+        model = jax.tree.map(lambda x: x * (1 + eps) if eqx.is_inexact_array(x) else x, model)
+    run = sp.make_train(sp.make_step(optimizer, mesh, attention), setup.task, setup.batch)
+    key = jax.random.fold_in(jax.random.key(seed), 1)
+    loss, accuracy, start = [], [], time.perf_counter()
+    for first in range(0, setup.steps, chunk):
+        model, opt_state, m = run(model, opt_state, key, min(chunk, setup.steps - first),
+                                  first=first)
+        loss.extend(np.asarray(m.loss).tolist())
+        accuracy.extend(np.asarray(m.accuracy).tolist())
+        curves = {"loss": np.array(loss), "accuracy": np.array(accuracy)}
+        if on_chunk is not None and on_chunk(len(loss), curves) is False:
+            break
+    return {"loss": np.array(loss), "accuracy": np.array(accuracy),
+            "seconds": time.perf_counter() - start}
+
+
+ONE, CONTROL = "one device", "one device, perturbed"
+
+
+def runs(setup: Setup) -> dict[str, list[dict[str, np.ndarray]]]:
+    """Each seed's training: one device, RSA over ``devices``, the local ablation, and the
+    rounding control (one device from a perturbed start: how far float32 rounding alone
+    moves the curve)."""
+    n = setup.devices
+    plan = {ONE: (1, "rsa", False), f"RSA, N={n}": (n, "rsa", False),
+            f"local only, N={n}": (n, "local", False), CONTROL: (1, "rsa", True)}
+    return {name: [train(setup, d, a, seed=setup.seed + s, perturb=p)
+                   for s in range(setup.seeds)]
+            for name, (d, a, p) in plan.items()}
+
+
+def divergence_step(a: np.ndarray, b: np.ndarray, tolerance: float) -> int:
+    """The first step (1-based) where two loss curves differ by more than ``tolerance``;
+    one past the end if they never do."""
+    apart = np.flatnonzero(np.abs(a - b) > tolerance)
+    return int(apart[0]) + 1 if apart.size else len(a) + 1
+
+
+# compiled programs, never run --------------------------------------------------------------
+
+def _abstract(tree, mesh, specs):
+    """Array leaves of ``tree`` as ``ShapeDtypeStruct`` laid out by ``specs`` (a matching
+    tree of PartitionSpecs, or one spec for every leaf)."""
+    if isinstance(specs, P):
+        specs = jax.tree.map(lambda _: specs, tree)
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                          sharding=NamedSharding(mesh, s)),
+                        tree, specs)
+
+
+def _shapes(build: Callable, optimizer: optax.GradientTransformation):
+    """The shapes of ``build()``'s model and of its optimizer state, nothing allocated."""
+    def init():
+        model = build()
+        return model, optimizer.init(eqx.filter(model, eqx.is_array))
+    return eqx.filter_eval_shape(init)
+
+
+def _is_shape(x) -> bool:
+    return isinstance(x, jax.ShapeDtypeStruct | jax.Array)
+
+
+def compile_program(fn: Callable, *trees) -> Any:
+    """``fn(*trees)`` compiled, never run: ``trees`` hold ``ShapeDtypeStruct`` leaves with
+    shardings (or arrays), other leaves are static."""
+    dynamic, static = eqx.partition(trees, _is_shape, is_leaf=_is_shape)
+    return jax.jit(lambda d: fn(*eqx.combine(d, static))).lower(dynamic).compile()
+
+
+def _tensor_mesh(n: int):
+    return jax.make_mesh((1, n), ("data", "model"), devices=jax.devices("cpu")[:n],
+                         axis_types=(AxisType.Auto, AxisType.Auto))
+
+
+def model_step(layout: str, n: int, *, batch: int, length: int, hidden: int, heads: int,
+               layers: int, attention: str = "rsa", causal: bool = False,
+               platform: str = "cpu"):
+    """The compiled train step (Adam) of a retrieval-shaped Transformer under ``layout``:
+    ``"sequence"`` (``attention`` over ``n`` sequence devices; ``n = 1`` is one device) or
+    ``"tensor"`` (Megatron over ``n`` model devices)."""
+    optimizer = optax.adam(1e-3)
+    model, opt_state = _shapes(lambda: Transformer(64, 8, hidden, heads, layers, length,
+                                                   causal=causal, key=jax.random.key(0)),
+                               optimizer)
+    tokens = jax.ShapeDtypeStruct((batch, length), jnp.int32)
+    if layout == "sequence":
+        mesh = sp.sequence_mesh(n, platform=platform)
+        fn = sp.step_function(optimizer, None if n == 1 else mesh, attention)
+        data, rep = P(*sp.AXES), P()
+        return compile_program(fn, _abstract(model, mesh, rep), _abstract(opt_state, mesh, rep),
+                               _abstract(tokens, mesh, data), _abstract(tokens, mesh, data))
+    check_heads(heads, n)
+    mesh = _tensor_mesh(n)
+    fn = sp.step_function(optimizer, None)
+    return compile_program(fn, _abstract(model, mesh, megatron_specs(model)),
+                           _abstract(opt_state, mesh, megatron_specs(opt_state)),
+                           _abstract(tokens, mesh, P()), _abstract(tokens, mesh, P()))
+
+
+def block_step(part: str, layout: str, n: int, *, batch: int, length: int, hidden: int,
+               heads: int):
+    """The compiled train step (Adam) of one block's ``part`` (``"mlp"`` or ``"attention"``,
+    with its LayerNorm and residual) on inputs ``(batch, length, hidden)``, loss the mean
+    square of the outputs, under ``"tensor"`` (Megatron, inputs replicated) or
+    ``"sequence"`` (RSA, inputs split along the sequence)."""
+    optimizer = optax.adam(1e-3)
+    block, opt_state = _shapes(lambda: Block(hidden, heads, key=jax.random.key(0)), optimizer)
+    x = jax.ShapeDtypeStruct((batch, length, hidden), jnp.float32)
+    sequence = layout == "sequence" and n > 1
+    attend = ring_self_attention("seq") if sequence else full_attention
+    def total(s):
+        return jax.lax.psum(s, sp.AXES) if sequence else s
+
+    def step(block, opt_state, x):
+        def loss(block):
+            half = (block.mlp_half if part == "mlp"
+                    else (lambda h: block.attention_half(h, attend, False)))
+            return total(jnp.sum(jax.vmap(half)(x) ** 2)) / (batch * length * hidden)
+
+        grads = eqx.filter_grad(loss)(block)
+        updates, opt_state = optimizer.update(grads, opt_state, eqx.filter(block, eqx.is_array))
+        return eqx.apply_updates(block, updates), opt_state
+
+    if layout == "sequence":
+        mesh = sp.sequence_mesh(n, platform="cpu")
+        if sequence:
+            step = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P(*sp.AXES)),
+                                 out_specs=(P(), P()))
+        return compile_program(step, _abstract(block, mesh, P()),
+                               _abstract(opt_state, mesh, P()),
+                               _abstract(x, mesh, P(*sp.AXES)))
+    mesh = _tensor_mesh(n)
+    return compile_program(step, _abstract(block, mesh, megatron_specs(block)),
+                           _abstract(opt_state, mesh, megatron_specs(opt_state)),
+                           _abstract(x, mesh, P()))
+
+
+# 3. the memory model -----------------------------------------------------------------------
+
+def paper_mlp_bytes(layout: str, n: int, bl: int, hidden: int) -> float:
+    """The paper's MLP-block memory per device, in float32 bytes: tensor parallelism
+    32H^2/N + 4BLH/N + BLH, sequence parallelism 32H^2 + 5BLH/N elements (weights,
+    gradients and Adam's two moments, 8H^2 each; activations)."""
+    h = hidden
+    elements = (32 * h * h / n + 4 * bl * h / n + bl * h if layout == "tensor"
+                else 32 * h * h + 5 * bl * h / n)
+    return 4 * elements
+
+
+def crossover(bls, tensor, sequence) -> float | None:
+    """The B x L where sequence parallelism's bytes first drop below tensor parallelism's
+    (geometric interpolation between the two grid points around the sign change); None
+    if they never cross on the grid."""
+    d = np.log(np.asarray(sequence, float)) - np.log(np.asarray(tensor, float))
+    for i in range(1, len(d)):
+        if d[i - 1] > 0 >= d[i]:
+            t = d[i - 1] / (d[i - 1] - d[i])
+            return float(np.exp(np.log(bls[i - 1]) + t * (np.log(bls[i]) - np.log(bls[i - 1]))))
+    return None
+
+
+def memory_model(bls: list[int], *, n: int, batch: int, hidden: int, heads: int
+                 ) -> dict[str, Any]:
+    """Per-device bytes of each block part's train step at ``n`` devices over ``bls``
+    (B x L with B = ``batch``), measured for both layouts, with the paper's MLP formula and
+    the measured crossovers (the paper: MLP at BL = 32H, attention at BL = 16AZ = 16H)."""
+    out: dict[str, Any] = {"bl": list(bls), "devices": n, "hidden": hidden}
+    for part in ("mlp", "attention"):
+        for layout in ("tensor", "sequence"):
+            out[f"{part}_{layout}_bytes"] = [
+                cost.memory(block_step(part, layout, n, batch=batch, length=bl // batch,
+                                       hidden=hidden, heads=heads)).total for bl in bls]
+        out[f"{part}_crossover"] = crossover(bls, out[f"{part}_tensor_bytes"],
+                                             out[f"{part}_sequence_bytes"])
+    for layout in ("tensor", "sequence"):
+        out[f"mlp_{layout}_paper_bytes"] = [paper_mlp_bytes(layout, n, bl, hidden) for bl in bls]
+    out["mlp_paper_crossover"], out["attention_paper_crossover"] = 32 * hidden, 16 * hidden
+    return out
+
+
+# 4. the largest batch and sequence under a budget -------------------------------------------
+
+def largest(fits: Callable[[int], bool], unit: int, start: int = 1, precision: int = 8
+            ) -> tuple[int, int]:
+    """The largest multiple of ``unit`` for which ``fits`` holds (``fits`` monotone: true,
+    then false), to within ``1 / precision``: from a guess of ``start`` units, doubling or
+    halving until the answer is bracketed, then bisection; 0 when one unit does not fit.
+    Also returns the number of ``fits`` calls (each a compile)."""
+    calls = 0
+
+    def check(units: int) -> bool:
+        nonlocal calls
+        calls += 1
+        return fits(units * unit)
+
+    lo, hi = 0, max(1, start)  # lo fits (0 trivially), hi: the next to try, then a failure
+    if check(hi):
+        lo, hi = hi, hi * 2
+        while check(hi):
+            lo, hi = hi, hi * 2
+    else:
+        while hi > 1 and not check(hi // 2):
+            hi //= 2
+        lo = hi // 2
+    while hi - lo > max(1, lo // precision):
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if check(mid) else (lo, mid)
+    return lo * unit, calls
+
+
+def max_sizes(setup: Setup) -> dict[str, Any]:
+    """Largest batch at ``search_length`` and largest length at ``search_batch`` whose
+    compiled train step (Adam, ``search_layers`` layers of width ``search_hidden``) needs at
+    most ``budget_mib`` per device: Megatron at ``tensor_devices`` and RSA at each N."""
+    budget = setup.budget_mib * 2 ** 20
+    sizes = dict(hidden=setup.search_hidden, heads=setup.heads, layers=setup.search_layers)
+    plans = [("tensor", setup.tensor_devices)] + [("sequence", n) for n in setup.sequence_devices]
+    unit = setup.devices  # lengths in multiples of the largest N
+    rows, guess = [], {"batch": 4, "length": max(1, setup.search_length // unit)}
+    for layout, n in plans:
+        def bytes_at(batch, length, layout=layout, n=n):
+            return cost.memory(model_step(layout, n, batch=batch, length=length,
+                                          **sizes)).total
+        batch, calls_b = largest(lambda b: bytes_at(b, setup.search_length) <= budget, 1,
+                                 guess["batch"], setup.search_precision)
+        length, calls_l = largest(lambda length: bytes_at(setup.search_batch, length) <= budget,
+                                  unit, guess["length"], setup.search_precision)
+        if layout == "sequence":  # the next N starts from this N's answer, grown
+            guess = {"batch": max(1, 2 * batch), "length": max(1, 3 * length // (2 * unit))}
+        rows.append({"layout": layout, "devices": n, "max_batch": batch, "max_length": length,
+                     "compiles": calls_b + calls_l})
+    return {"rows": rows, "budget_mib": setup.budget_mib, "search_length": setup.search_length,
+            "search_batch": setup.search_batch}
+
+
+# 5. communication --------------------------------------------------------------------------
+
+def communication(devices: list[int], *, batch: int, length: int, hidden: int, heads: int
+                  ) -> list[dict[str, Any]]:
+    """Bytes each device sends per train step of a one-layer model: collective-permutes of
+    RSA, against the paper's 8 (N - 1) B Z (L / N) A elements; and Megatron's all-reduces
+    (operand bytes, and a ring all-reduce's traffic 2 (N - 1) / N times them)."""
+    rows = []
+    for n in devices:
+        if n == 1:
+            continue
+        sizes = dict(batch=batch, length=length, hidden=hidden, heads=heads, layers=1)
+        rsa = cost.summary(cost.collectives(model_step("sequence", n, **sizes)))
+        row = {"devices": n, "rsa_permute_bytes": rsa.get("collective-permute", {}).get("bytes", 0),
+               "rsa_permutes": rsa.get("collective-permute", {}).get("count", 0),
+               "rsa_all_gathers": rsa.get("all-gather", {}).get("count", 0),
+               "paper_bytes": 4 * 8 * (n - 1) * batch * hidden * (length // n)}
+        if heads % n == 0:
+            tp = cost.summary(cost.collectives(model_step("tensor", n, **sizes)))
+            reduce = tp.get("all-reduce", {}).get("bytes", 0)
+            row |= {"megatron_all_reduce_bytes": reduce,
+                    "megatron_ring_traffic_bytes": reduce * 2 * (n - 1) / n}
+        rows.append(row)
+    return rows
+
+
+# 6. one device's longest sequence ----------------------------------------------------------
+
+def single_step(attention: str, *, batch: int, length: int, hidden: int, heads: int,
+                layers: int, block: int = 64):
+    """The compiled one-device train step (Adam; loss the mean square of the logits) with
+    ``"full"`` attention or ``"blockwise"`` attention over key blocks of ``block``."""
+    optimizer = optax.adam(1e-3)
+    attend = full_attention if attention == "full" else blockwise_attention(block)
+    model, opt_state = _shapes(lambda: Transformer(64, 8, hidden, heads, layers, length,
+                                                   key=jax.random.key(0)), optimizer)
+
+    def step(model, opt_state, tokens):
+        def loss(model):
+            return jnp.mean(jax.vmap(lambda t: model(t, None, attend))(tokens) ** 2)
+
+        grads = eqx.filter_grad(loss)(model)
+        updates, opt_state = optimizer.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+        return eqx.apply_updates(model, updates), opt_state
+
+    return compile_program(step, model, opt_state,
+                           jax.ShapeDtypeStruct((batch, length), jnp.int32))
+
+
+def longest_one_device(setup: Setup, *, block: int = 64) -> dict[str, int]:
+    """The longest sequence (multiple of ``block``) whose one-device train step (batch 1,
+    one layer of ``one_device_hidden``) fits ``one_device_budget_mib``, with full against
+    blockwise attention, on the default device (the GPU where there is one)."""
+    budget = setup.one_device_budget_mib * 2 ** 20
+    out: dict[str, int] = {"block": block}
+    for attention in ("full", "blockwise"):
+        def fits(length, attention=attention):
+            compiled = single_step(attention, batch=1, length=length,
+                                   hidden=setup.one_device_hidden, heads=setup.heads,
+                                   layers=1, block=block)
+            return cost.memory(compiled).total <= budget
+
+        out[f"{attention}_max_length"], out[f"{attention}_compiles"] = largest(
+            fits, block, 8, setup.search_precision)
+    return out
+
+
+# verdict ----------------------------------------------------------------------------------
+
+EXACT_ATOL = 1e-5  # float32
+CURVE_ATOL = 1e-3  # loss curves, one device against N devices
+CONTROL_SLACK = 0.8  # apart no earlier than 0.8x the step where rounding alone parts them
+
+
+def verdict(setup: Setup, exact: list[dict[str, Any]], trained: dict[str, list[dict]],
+            memory: dict[str, Any], sizes: dict[str, Any], comm: list[dict[str, Any]]
+            ) -> dict[str, Any]:
+    """The claims' numbers from the studies."""
+    m: dict[str, Any] = {"devices": setup.devices, "chance": setup.task.chance}
+    m["max_output_error"] = max(r["output_error"] for r in exact)
+    m["max_gradient_error"] = max(r["gradient_error"] for r in exact)
+    m["claim_exact"] = bool(max(m["max_output_error"], m["max_gradient_error"]) <= EXACT_ATOL)
+
+    names = list(trained)[:3]  # one device, sequence-parallel, local only
+    one, par, control = trained[ONE], trained[names[1]], trained[CONTROL]
+    m["curve_max_abs_difference"] = max(float(np.abs(a["loss"] - b["loss"]).max())
+                                        for a, b in zip(one, par, strict=True))
+    m["control_max_abs_difference"] = max(float(np.abs(a["loss"] - b["loss"]).max())
+                                          for a, b in zip(one, control, strict=True))
+    m["divergence_step"] = min(divergence_step(a["loss"], b["loss"], CURVE_ATOL)
+                               for a, b in zip(one, par, strict=True))
+    m["control_divergence_step"] = min(divergence_step(a["loss"], b["loss"], CURVE_ATOL)
+                                       for a, b in zip(one, control, strict=True))
+    tail = max(1, setup.steps // 10)
+    final = {k: float(np.mean([r["accuracy"][-tail:].mean() for r in v]))
+             for k, v in trained.items()}
+    m["final_accuracy"] = final
+    m["one_device_final_accuracy"], m["sequence_parallel_final_accuracy"], \
+        m["local_final_accuracy"] = (final[k] for k in names)
+    m["control_final_accuracy"] = final[CONTROL]
+    # at chance: within 3 binomial standard errors of 1/values over the last tenth's answers
+    answers = tail * setup.batch * setup.task.queries * setup.seeds
+    se = np.sqrt(setup.task.chance * (1 - setup.task.chance) / answers)
+    m["local_chance_band"] = float(3 * se)
+    # identical to tolerance over the whole run; or "weakly": apart only where float32
+    # rounding alone (the perturbed control) also moves the curve apart, to within a fifth
+    # of the control's steps (one run of each: the step where a chaotic difference crosses
+    # the tolerance varies by a few steps)
+    before = max(1, m["control_divergence_step"] - 1)
+    m["curve_max_abs_difference_before_control"] = max(
+        float(np.abs(a["loss"][:before] - b["loss"][:before]).max())
+        for a, b in zip(one, par, strict=True))
+    m["claim_identical_curves"] = (
+        True if m["curve_max_abs_difference"] <= CURVE_ATOL
+        else m["divergence_step"] >= CONTROL_SLACK * m["control_divergence_step"])
+    m["curves_identical_to_tolerance"] = bool(m["curve_max_abs_difference"] <= CURVE_ATOL)
+    m["claim_ablation_at_chance"] = bool(
+        abs(m["local_final_accuracy"] - setup.task.chance) <= 3 * se
+        and m["one_device_final_accuracy"] > setup.task.chance + 6 * se)
+
+    m["memory"] = memory
+    for part in ("mlp", "attention"):
+        measured, paper = memory[f"{part}_crossover"], memory[f"{part}_paper_crossover"]
+        m[f"{part}_crossover_bl"] = measured
+        # the sign of the paper's formula: sequence parallelism loses below the crossover
+        # and wins above it
+        t, s = memory[f"{part}_tensor_bytes"], memory[f"{part}_sequence_bytes"]
+        m[f"{part}_sequence_wins_at_largest_bl"] = bool(s[-1] < t[-1])
+        m[f"{part}_tensor_wins_at_smallest_bl"] = bool(t[0] < s[0])
+        m[f"{part}_crossover_over_paper"] = None if measured is None else measured / paper
+    m["claim_crossover_sign"] = bool(m["mlp_sequence_wins_at_largest_bl"]
+                                     and m["mlp_tensor_wins_at_smallest_bl"]
+                                     and m["mlp_crossover_bl"] is not None)
+
+    rows = sizes["rows"]
+    tp = next(r for r in rows if r["layout"] == "tensor")
+    seq = [r for r in rows if r["layout"] == "sequence"]
+    m["sizes"] = rows
+    m["sequence_devices"] = [r["devices"] for r in seq]
+    m["max_batch_by_devices"] = [r["max_batch"] for r in seq]
+    m["max_length_by_devices"] = [r["max_length"] for r in seq]
+    m["tensor_max_batch"], m["tensor_max_length"] = tp["max_batch"], tp["max_length"]
+    top = seq[-1]
+    m["batch_ratio"] = top["max_batch"] / max(tp["max_batch"], 1)
+    m["length_ratio"] = top["max_length"] / max(tp["max_length"], 1)
+    # growth in N: slope of log(max size) against log(N), 1 for linear
+    n = np.log([r["devices"] for r in seq])
+    for what in ("batch", "length"):
+        y = np.log(np.maximum([r[f"max_{what}"] for r in seq], 1))
+        m[f"max_{what}_exponent"] = float(np.polyfit(n, y, 1)[0])
+    m["claim_larger_than_tensor"] = bool(m["batch_ratio"] > 1 and m["length_ratio"] > 1)
+    m["claim_linear_in_devices"] = bool(m["max_batch_exponent"] >= 0.8)
+
+    m["communication"] = comm
+    m["rsa_bytes_over_paper"] = [r["rsa_permute_bytes"] / r["paper_bytes"] for r in comm]
+    m["rsa_all_gathers"] = sum(r["rsa_all_gathers"] for r in comm)
+    return m
+
+
+def summary(m: dict[str, Any], setup: Setup) -> dict[str, Any]:
+    """The claims, study and headline for ``record``."""
+    n = setup.devices
+    claims = [
+        Claim("exact", "Ring Self-Attention (and blockwise ring attention) equals full "
+              "attention, outputs and gradients", verdict_of(m["claim_exact"]),
+              {"max output error": m["max_output_error"],
+               "max gradient error": m["max_gradient_error"], "tolerance": EXACT_ATOL}),
+        Claim("identical_curves", f"Training sequence-parallel over N={n} gives the one-device "
+              "loss curve", verdict_of(m["claim_identical_curves"],
+                                       weakly=not m["curves_identical_to_tolerance"]),
+              {"max |loss difference|": m["curve_max_abs_difference"], "tolerance": CURVE_ATOL,
+               "first step apart": m["divergence_step"],
+               "max |loss difference| before the control parts":
+                   m["curve_max_abs_difference_before_control"],
+               "rounding control: max |loss difference|": m["control_max_abs_difference"],
+               "rounding control: first step apart": m["control_divergence_step"]}),
+        Claim("ablation_at_chance", "Attending only within the local chunk stays at chance "
+              "where the answer is on other devices", verdict_of(m["claim_ablation_at_chance"]),
+              {"accuracy: one device": m["one_device_final_accuracy"],
+               f"RSA N={n}": m["sequence_parallel_final_accuracy"],
+               "local only": m["local_final_accuracy"], "chance": m["chance"]}),
+        Claim("crossover_sign", "Sequence parallelism needs less memory than tensor "
+              "parallelism above a B x L crossover (MLP block: BL > 32H), more below",
+              verdict_of(m["claim_crossover_sign"]),
+              {"measured MLP crossover BL": m["mlp_crossover_bl"],
+               "paper 32H": m["memory"]["mlp_paper_crossover"],
+               "measured attention crossover BL": m["attention_crossover_bl"],
+               "paper 16AZ": m["memory"]["attention_paper_crossover"]}),
+        Claim("larger_than_tensor", "Under a per-device budget, sequence parallelism's largest "
+              "batch and sequence exceed tensor parallelism's at its cap (N = heads)",
+              verdict_of(m["claim_larger_than_tensor"]),
+              {"max batch ratio": m["batch_ratio"], "max length ratio": m["length_ratio"],
+               "paper (64 GPUs)": "13.7x batch, 3.0x length"}),
+        Claim("linear_in_devices", "Sequence parallelism's largest batch grows about linearly "
+              "with N", verdict_of(m["claim_linear_in_devices"]),
+              {"exponent of N: batch": m["max_batch_exponent"],
+               "length": m["max_length_exponent"],
+               "max batch by N": str(m["max_batch_by_devices"]),
+               "max length by N": str(m["max_length_by_devices"])})]
+    return claims_summary(
+        paper="Li, Xue, Baranwal, Li & You, Sequence Parallelism: Long Sequence Training from "
+              "System Perspective (ACL 2023, arXiv 2105.13120)",
+        paper_setting="BERT on up to 64 P100 GPUs",
+        measured=(f"{plural(n, 'simulated CPU device')}; retrieval over L={setup.task.length}, "
+                  f"{setup.layers}-layer encoder of width {setup.hidden}, "
+                  f"{plural(setup.seeds, 'seed')}; memory from compiled programs"),
+        claims=claims,
+        headline=["max_output_error", "curve_max_abs_difference", "local_final_accuracy",
+                  "mlp_crossover_bl", "batch_ratio", "length_ratio"])
+
+
+def curves(trained: dict[str, list[dict]], m: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What ``record(curves=...)`` stores for the compare view."""
+    out = {}
+    for name, rs in trained.items():
+        key = name.replace(" ", "_").replace(",", "").replace("=", "")
+        steps = list(range(1, len(rs[0]["loss"]) + 1))
+        out[f"{key}_loss"] = {"x": steps, "y": np.mean([r["loss"] for r in rs], 0).tolist(),
+                              "xlabel": "step", "ylabel": "loss"}
+        out[f"{key}_accuracy"] = {"x": steps,
+                                  "y": np.mean([r["accuracy"] for r in rs], 0).tolist(),
+                                  "xlabel": "step", "ylabel": "accuracy"}
+    out["max_batch"] = {"x": m["sequence_devices"], "y": m["max_batch_by_devices"],
+                        "xlabel": "sequence devices N", "xscale": "log", "ylabel": "max batch"}
+    mem = m["memory"]
+    for layout in ("tensor", "sequence"):
+        out[f"mlp_{layout}_bytes"] = {"x": mem["bl"], "y": mem[f"mlp_{layout}_bytes"],
+                                      "xlabel": "B x L", "xscale": "log",
+                                      "ylabel": "bytes per device"}
+    return out

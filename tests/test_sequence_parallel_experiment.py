@@ -1,0 +1,163 @@
+"""``lab.experiments.sequence_parallel``: parameters refused in one line, the search and the
+crossover against hand-computed cases, the paper's formula, the verdict from hand-made
+measurements, and the panel (one device: the pytest process has one)."""
+
+import numpy as np
+import pytest
+from IPython.display import Image
+
+from lab.experiments import sequence_parallel as experiment
+from tests.conftest import WAIT
+
+NOTEBOOK = dict(preset="default", devices=8, length=64, keys=2, values=4, hidden=16, heads=4,
+                layers=1, batch=2, steps=4, learning_rate=3e-3, seeds=1, seed=0,
+                exact_devices=[1, 2], tensor_devices=4, memory_hidden=16, memory_batch=2,
+                memory_bl=[64, 128], search_hidden=16, search_layers=1, search_length=64,
+                search_batch=2, search_precision=8, budget_mib=1, one_device_hidden=16,
+                one_device_budget_mib=1)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"length": 100}, "length 100 does not divide over 8 devices; use a multiple of 8"),
+    ({"tensor_devices": 3}, "4 heads do not divide over 3 tensor-parallel devices"),
+    ({"heads": 3, "tensor_devices": 1}, "hidden 16 does not divide into 3 heads"),
+    ({"devices": 6}, "devices must be a power of two"),
+    ({"exact_devices": [16]}, "exact_devices 16 is outside 1 to devices (8)"),
+    ({"memory_bl": [100]}, "memory_bl 100 is not memory_batch (2) times a multiple of 8"),
+    ({"preset": "nope"}, "unknown preset 'nope'; choose one of default, claim, gpu"),
+    ({"steps": 0}, "steps must be at least 1, got 0"),
+])
+def test_configure_refuses_bad_values_in_one_line(bad, message):
+    with pytest.raises(ValueError, match=None) as err:
+        experiment.configure(**(NOTEBOOK | bad))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_configure_sequence_devices_are_powers_of_two_up_to_devices():
+    assert experiment.configure(**NOTEBOOK).sequence_devices == [1, 2, 4, 8]
+
+
+def test_simulate_devices_refuses_once_jax_runs_with_fewer():
+    import jax
+
+    jax.devices()  # the test process runs jax with one CPU device
+    with pytest.raises(RuntimeError, match="restart the kernel"):
+        experiment.simulate_devices(8)
+    experiment.simulate_devices(1)  # enough: nothing to do
+
+
+@pytest.mark.parametrize("threshold, unit, start", [(37, 1, 1), (37, 1, 64), (1000, 8, 4),
+                                                    (0, 1, 1), (5, 8, 1)])
+def test_largest_finds_the_threshold_to_an_eighth(threshold, unit, start):
+    found, calls = experiment.largest(lambda x: x <= threshold, unit, start)
+    assert found <= threshold and found % unit == 0
+    assert threshold - found <= max(unit, threshold // 8 + unit)
+    assert calls <= 16
+
+
+def test_crossover_interpolates_the_sign_change_geometrically():
+    bls = [100, 400]
+    # sequence/tensor ratio 2 then 1/2: log ratio +ln2 then -ln2, crossing halfway in log BL
+    assert experiment.crossover(bls, [1, 2], [2, 1]) == pytest.approx(200)
+    assert experiment.crossover(bls, [1, 1], [2, 2]) is None
+
+
+def test_paper_mlp_formula_crosses_at_32_h():
+    hidden, n = 64, 4
+    bl = 32 * hidden
+    tensor, sequence = (experiment.paper_mlp_bytes(k, n, bl, hidden) for k in ("tensor",
+                                                                               "sequence"))
+    assert tensor == pytest.approx(sequence)
+    assert experiment.paper_mlp_bytes("tensor", n, 2 * bl, hidden) > \
+        experiment.paper_mlp_bytes("sequence", n, 2 * bl, hidden)
+    # 32 H^2 / N + 4 B L H / N + B L H elements at H = 1, N = 1, BL = 1: 37 floats
+    assert experiment.paper_mlp_bytes("tensor", 1, 1, 1) == 4 * 37
+
+
+def _apart_from(step: int) -> np.ndarray:
+    """A loss difference of 1e-6 before ``step`` (1-based) and 0.1 from it on."""
+    return np.where(np.arange(1, 11) < step, 1e-6, 0.1)
+
+
+def _measurements(ablation_accuracy: float, apart: int = 11, control_apart: int = 11):
+    setup = experiment.configure(**(NOTEBOOK | {"steps": 10}))
+    exact = [{"output_error": 1e-7, "gradient_error": 2e-7}]
+    ramp = np.linspace(1.4, 0.1, 10)
+    trained = {"one device": [{"loss": ramp, "accuracy": np.full(10, 0.9)}],
+               "RSA, N=8": [{"loss": ramp + _apart_from(apart), "accuracy": np.full(10, 0.9)}],
+               "local only, N=8": [{"loss": ramp + 1, "accuracy": np.full(10,
+                                                                          ablation_accuracy)}],
+               experiment.CONTROL: [{"loss": ramp + _apart_from(control_apart),
+                                     "accuracy": np.full(10, 0.9)}]}
+    memory = {"bl": [64, 128, 256], "mlp_tensor_bytes": [1, 2, 4],
+              "mlp_sequence_bytes": [2, 2, 2], "attention_tensor_bytes": [1, 2, 4],
+              "attention_sequence_bytes": [2, 3, 5], "mlp_paper_crossover": 512,
+              "attention_paper_crossover": 256, "devices": 4}
+    memory |= {f"{p}_crossover": experiment.crossover(memory["bl"], memory[f"{p}_tensor_bytes"],
+                                                      memory[f"{p}_sequence_bytes"])
+               for p in ("mlp", "attention")}
+    sizes = {"rows": [{"layout": "tensor", "devices": 4, "max_batch": 5, "max_length": 300},
+                      {"layout": "sequence", "devices": 1, "max_batch": 1, "max_length": 150},
+                      {"layout": "sequence", "devices": 2, "max_batch": 2, "max_length": 200},
+                      {"layout": "sequence", "devices": 4, "max_batch": 4, "max_length": 260},
+                      {"layout": "sequence", "devices": 8, "max_batch": 8, "max_length": 390}]}
+    comm = [{"devices": 2, "rsa_permute_bytes": 50, "paper_bytes": 100, "rsa_all_gathers": 0}]
+    return setup, exact, trained, memory, sizes, comm
+
+
+def test_verdict_reads_the_claims_from_hand_made_measurements():
+    m = experiment.verdict(*_measurements(ablation_accuracy=0.25))
+    assert m["claim_exact"] and m["claim_identical_curves"]
+    assert m["curve_max_abs_difference"] == pytest.approx(1e-6)
+    assert m["claim_ablation_at_chance"]  # chance 1/4 exactly
+    assert m["mlp_crossover_bl"] == pytest.approx(128)  # equal bytes at the second point
+    assert m["claim_crossover_sign"]
+    assert m["attention_crossover_bl"] is None  # sequence parallelism never wins here
+    assert m["batch_ratio"] == pytest.approx(8 / 5) and m["length_ratio"] == pytest.approx(1.3)
+    assert m["max_batch_exponent"] == pytest.approx(1.0) and m["claim_linear_in_devices"]
+    assert m["rsa_bytes_over_paper"] == [0.5]
+    names = [c["name"] for c in experiment.summary(m, _measurements(0.25)[0])["claims"]]
+    assert names == ["exact", "identical_curves", "ablation_at_chance", "crossover_sign",
+                     "larger_than_tensor", "linear_in_devices"]
+
+
+@pytest.mark.parametrize("apart, control_apart, verdict", [
+    (11, 11, "holds"),  # never apart
+    (6, 4, "weakly"),  # apart, but later than rounding alone moves the curve
+    (9, 10, "weakly"),  # a step earlier: within the slack of one run of each
+    (2, 8, "does not hold"),  # apart before rounding alone would explain it
+])
+def test_verdict_curves_compared_with_the_rounding_control(apart, control_apart, verdict):
+    measured = _measurements(0.25, apart, control_apart)
+    m = experiment.verdict(*measured)
+    assert m["divergence_step"] == apart and m["control_divergence_step"] == control_apart
+    claims = {c["name"]: c for c in experiment.summary(m, measured[0])["claims"]}
+    assert claims["identical_curves"]["verdict"] == verdict
+
+
+def test_verdict_ablation_above_chance_fails_the_claim():
+    m = experiment.verdict(*_measurements(ablation_accuracy=0.6))
+    assert not m["claim_ablation_at_chance"]
+
+
+def test_sequence_parallel_panel_trains_one_device_live_and_refuses_bad_values():
+    from lab.widgets.sequence_parallel_panel import sequence_parallel_panel
+
+    panel = sequence_parallel_panel(NOTEBOOK)
+    panel.min_interval = 0.0
+    panel.controls.widgets["devices"].value = 16  # more than the notebook simulates
+    assert panel.run() is False and panel.state == "idle"
+    panel.controls.widgets["devices"].value = 1
+    panel.controls.widgets["steps"].value = 30
+    assert panel.run() is True
+    assert panel.wait(WAIT) and panel.state == "done", panel.error
+    assert panel.result["loss"].shape == (30,) and np.isfinite(panel.result["loss"]).all()
+    assert panel.draws >= 1 and isinstance(panel.show(headless=True), Image)
+
+
+def test_longest_one_device_blockwise_fits_longer_than_full_attention():
+    setup = experiment.configure(**(NOTEBOOK | {"one_device_budget_mib": 2}))
+    found = experiment.longest_one_device(setup, block=32)
+    # full attention keeps (heads, L, L) scores for the backward pass; blockwise (heads, L, 32)
+    assert 0 < found["full_max_length"] < found["blockwise_max_length"]
+    assert found["full_max_length"] % 32 == 0 and found["blockwise_max_length"] % 32 == 0
