@@ -49,9 +49,10 @@ from lab.train import sequence_parallel as sp
 
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
-    # longer training (3 seeds) and finer sweeps: about 20 minutes on the 2-core CPU
-    "claim": {"steps": 600, "seeds": 3, "memory_bl": [256, 512, 1024, 2048, 4096, 8192,
-                                                      16384, 32768]},
+    # 3 seeds of longer training, a finer search and a longer B x L grid: about 30 minutes
+    # on the 2-core CPU
+    "claim": {"steps": 600, "seeds": 3, "search_precision": 8,
+              "memory_bl": [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]},
     # the lent GPU machine: sweeps at larger sizes on its 16 cores' simulated CPU devices,
     # and one GPU's longest sequence with full against blockwise attention
     "gpu": {"memory_hidden": 256, "memory_bl": [1024, 2048, 4096, 8192, 16384, 32768, 65536],
