@@ -7,7 +7,8 @@ and XLA's partitioner inserts the collectives.
 
 - ``mesh(devices, model=1)``: the first ``devices`` devices (all by default, on every
   host after ``jax.distributed.initialize``) as a ``data x model`` grid.
-  ``mesh_or_none(devices, model)`` is None for one device (no sharding at all).
+  ``mesh_or_none(devices, model)`` is None for one device (no sharding at all);
+  ``first_devices(devices, platform)`` the devices themselves, or a one-line error.
 - ``shard_batch(batch, mesh)``: the leading axis of every leaf split over ``"data"``.
   Each process passes its own rows; on one host that is the whole batch.
 - ``shard_params(tree, mesh)``: parameters (or optimizer state) replicated, except that
@@ -87,17 +88,24 @@ def mesh(devices: int | None = None, model: int = 1) -> Mesh:
 
     The axes are ``AxisType.Auto``: XLA's partitioner decides the sharding of everything
     that is not annotated (``jax.make_mesh`` defaults to explicit axes in jax 0.10)."""
-    available = jax.devices()
+    chosen = first_devices(devices)
+    devices = len(chosen)
+    if model < 1 or devices % model:
+        raise ValueError(f"the model axis ({model}) must divide the {devices} devices")
+    return jax.make_mesh((devices // model, model), ("data", "model"),
+                         axis_types=(AxisType.Auto, AxisType.Auto), devices=chosen)
+
+
+def first_devices(devices: int | None = None, platform: str | None = None) -> list:
+    """The first ``devices`` devices of ``platform`` (the default backend's if None; all of
+    them if ``devices`` is None); a one-line ValueError when there are fewer."""
+    available = jax.devices(platform)
     devices = len(available) if devices is None else devices
     if not 1 <= devices <= len(available):
         raise ValueError(f"asked for {devices} devices but there are {len(available)} "
                          f"({available[0].platform}); on CPU, simulate more with {SIMULATE} "
                          "set before jax is imported")
-    if model < 1 or devices % model:
-        raise ValueError(f"the model axis ({model}) must divide the {devices} devices")
-    return jax.make_mesh((devices // model, model), ("data", "model"),
-                         axis_types=(AxisType.Auto, AxisType.Auto),
-                         devices=available[:devices])
+    return available[:devices]
 
 
 def mesh_or_none(devices: int, model: int = 1) -> Mesh | None:

@@ -37,7 +37,7 @@ from jax.sharding import PartitionSpec as P
 
 from lab.data import retrieval
 from lab.models.transformer import Transformer, full_attention
-from lab.parallel import SIMULATE
+from lab.parallel import first_devices
 from lab.parallel.ring import ring_attention, ring_self_attention
 
 AXES = ("data", "seq")
@@ -54,14 +54,10 @@ def sequence_mesh(devices: int, data: int = 1, platform: str | None = None) -> M
     """The first ``devices`` devices (of ``platform``: the default backend's if None) as a
     ``(data, devices // data)`` grid over ``("data", "seq")``; a one-line ValueError when
     they do not exist or do not divide."""
-    available = jax.devices(platform)
-    if not 1 <= devices <= len(available):
-        raise ValueError(f"asked for {devices} devices but there are {len(available)} "
-                         f"({available[0].platform}); on CPU, simulate more with {SIMULATE} "
-                         "set before jax is imported")
+    chosen = first_devices(devices, platform)
     if data < 1 or devices % data:
         raise ValueError(f"the data axis ({data}) must divide the {devices} devices")
-    return jax.make_mesh((data, devices // data), AXES, devices=available[:devices],
+    return jax.make_mesh((data, devices // data), AXES, devices=chosen,
                          axis_types=(AxisType.Auto, AxisType.Auto))
 
 
