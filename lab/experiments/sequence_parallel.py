@@ -552,8 +552,11 @@ def verdict(setup: Setup, exact: list[dict[str, Any]], trained: dict[str, list[d
     m["one_device_final_accuracy"], m["sequence_parallel_final_accuracy"], \
         m["local_final_accuracy"] = (final[k] for k in names)
     m["control_final_accuracy"] = final[CONTROL]
-    # at chance: within 3 binomial standard errors of 1/values over the last tenth's answers
-    answers = tail * setup.batch * setup.task.queries * setup.seeds
+    # at chance: within 3 binomial standard errors of 1/values over the last tenth's answers,
+    # counting at most one independent answer per record (a sequence's questions ask about
+    # only ``keys`` records, so its answers repeat)
+    per_sequence = min(setup.task.queries, setup.task.keys)
+    answers = tail * setup.batch * per_sequence * setup.seeds
     se = np.sqrt(setup.task.chance * (1 - setup.task.chance) / answers)
     m["local_chance_band"] = float(3 * se)
     # identical to tolerance over the whole run; or "weakly": apart only where float32
