@@ -80,7 +80,7 @@ def _apart_from(step: int) -> np.ndarray:
 
 
 def _measurements(ablation_accuracy: float, apart: int = 11, control_apart: int = 11):
-    setup = experiment.configure(**(NOTEBOOK | {"steps": 10}))
+    setup = experiment.configure(**(NOTEBOOK | {"steps": 10, "batch": 64}))
     exact = [{"output_error": 1e-7, "gradient_error": 2e-7}]
     ramp = np.linspace(1.4, 0.1, 10)
     trained = {"one device": [{"loss": ramp, "accuracy": np.full(10, 0.9)}],
@@ -161,3 +161,9 @@ def test_longest_one_device_blockwise_fits_longer_than_full_attention():
     # full attention keeps (heads, L, L) scores for the backward pass; blockwise (heads, L, 32)
     assert 0 < found["full_max_length"] < found["blockwise_max_length"]
     assert found["full_max_length"] % 32 == 0 and found["blockwise_max_length"] % 32 == 0
+
+
+def test_verdict_chance_band_counts_one_answer_per_record():
+    m = experiment.verdict(*_measurements(ablation_accuracy=0.25))
+    # last tenth of 10 steps: 1 step of 64 sequences, 2 records each (16 questions repeat them)
+    assert m["local_chance_band"] == pytest.approx(3 * np.sqrt(0.25 * 0.75 / (64 * 2)))
