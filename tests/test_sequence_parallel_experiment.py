@@ -156,7 +156,7 @@ def test_sequence_parallel_panel_trains_one_device_live_and_refuses_bad_values()
 
 
 def test_longest_one_device_blockwise_fits_longer_than_full_attention():
-    setup = experiment.configure(**(NOTEBOOK | {"one_device_budget_mib": 2}))
+    setup = experiment.configure(**(NOTEBOOK | {"one_device_budget_mib": 2, "search_precision": 1}))
     found = experiment.longest_one_device(setup, block=32)
     # full attention keeps (heads, L, L) scores for the backward pass; blockwise (heads, L, 32)
     assert 0 < found["full_max_length"] < found["blockwise_max_length"]
