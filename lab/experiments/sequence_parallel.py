@@ -42,7 +42,7 @@ from lab.data.retrieval import Retrieval
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
 from lab.models.transformer import Block, Transformer, full_attention
-from lab.parallel import SIMULATE, cost
+from lab.parallel import SIMULATE, _backends_started, cost, first_devices
 from lab.parallel.megatron import check_heads, megatron_specs
 from lab.parallel.ring import blockwise_attention, ring_attention, ring_self_attention
 from lab.train import sequence_parallel as sp
@@ -153,9 +153,7 @@ def simulate_devices(n: int) -> None:
     """Ask XLA for ``n`` CPU devices: the flag is read when jax's backend starts, so this
     must run before anything touches a device (the notebook's first cell). A one-line
     RuntimeError when jax already runs with fewer (restart the kernel)."""
-    from jax._src import xla_bridge
-
-    if xla_bridge.backends_are_initialized():
+    if _backends_started():
         have = len(jax.devices("cpu"))
         if have < n:
             raise RuntimeError(f"jax already started with {have} CPU devices and {n} are "
@@ -287,7 +285,7 @@ def compile_program(fn: Callable, *trees) -> Any:
 
 
 def _tensor_mesh(n: int):
-    return jax.make_mesh((1, n), ("data", "model"), devices=jax.devices("cpu")[:n],
+    return jax.make_mesh((1, n), ("data", "model"), devices=first_devices(n, "cpu"),
                          axis_types=(AxisType.Auto, AxisType.Auto))
 
 
