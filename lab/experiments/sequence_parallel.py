@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import AxisType, NamedSharding
+from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
 from lab.data.retrieval import Retrieval
@@ -43,6 +43,7 @@ from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
 from lab.models.transformer import Block, Transformer, full_attention
 from lab.parallel import SIMULATE, _backends_started, cost, first_devices
+from lab.parallel.compiled import abstract, compile_program, shapes
 from lab.parallel.megatron import check_heads, megatron_specs
 from lab.parallel.ring import blockwise_attention, ring_attention, ring_self_attention
 from lab.train import sequence_parallel as sp
@@ -255,35 +256,6 @@ def divergence_step(a: np.ndarray, b: np.ndarray, tolerance: float) -> int:
 
 # compiled programs, never run --------------------------------------------------------------
 
-def _abstract(tree, mesh, specs):
-    """Array leaves of ``tree`` as ``ShapeDtypeStruct`` laid out by ``specs`` (a matching
-    tree of PartitionSpecs, or one spec for every leaf)."""
-    if isinstance(specs, P):
-        specs = jax.tree.map(lambda _: specs, tree)
-    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                                          sharding=NamedSharding(mesh, s)),
-                        tree, specs)
-
-
-def _shapes(build: Callable, optimizer: optax.GradientTransformation):
-    """The shapes of ``build()``'s model and of its optimizer state, nothing allocated."""
-    def init():
-        model = build()
-        return model, optimizer.init(eqx.filter(model, eqx.is_array))
-    return eqx.filter_eval_shape(init)
-
-
-def _is_shape(x) -> bool:
-    return isinstance(x, jax.ShapeDtypeStruct | jax.Array)
-
-
-def compile_program(fn: Callable, *trees) -> Any:
-    """``fn(*trees)`` compiled, never run: ``trees`` hold ``ShapeDtypeStruct`` leaves with
-    shardings (or arrays), other leaves are static."""
-    dynamic, static = eqx.partition(trees, _is_shape, is_leaf=_is_shape)
-    return jax.jit(lambda d: fn(*eqx.combine(d, static))).lower(dynamic).compile()
-
-
 def _tensor_mesh(n: int):
     return jax.make_mesh((1, n), ("data", "model"), devices=first_devices(n, "cpu"),
                          axis_types=(AxisType.Auto, AxisType.Auto))
@@ -296,7 +268,7 @@ def model_step(layout: str, n: int, *, batch: int, length: int, hidden: int, hea
     ``"sequence"`` (``attention`` over ``n`` sequence devices; ``n = 1`` is one device) or
     ``"tensor"`` (Megatron over ``n`` model devices)."""
     optimizer = optax.adam(1e-3)
-    model, opt_state = _shapes(lambda: Transformer(64, 8, hidden, heads, layers, length,
+    model, opt_state = shapes(lambda: Transformer(64, 8, hidden, heads, layers, length,
                                                    causal=causal, key=jax.random.key(0)),
                                optimizer)
     tokens = jax.ShapeDtypeStruct((batch, length), jnp.int32)
@@ -304,14 +276,14 @@ def model_step(layout: str, n: int, *, batch: int, length: int, hidden: int, hea
         mesh = sp.sequence_mesh(n, platform=platform)
         fn = sp.step_function(optimizer, None if n == 1 else mesh, attention)
         data, rep = P(*sp.AXES), P()
-        return compile_program(fn, _abstract(model, mesh, rep), _abstract(opt_state, mesh, rep),
-                               _abstract(tokens, mesh, data), _abstract(tokens, mesh, data))
+        return compile_program(fn, abstract(model, mesh, rep), abstract(opt_state, mesh, rep),
+                               abstract(tokens, mesh, data), abstract(tokens, mesh, data))
     check_heads(heads, n)
     mesh = _tensor_mesh(n)
     fn = sp.step_function(optimizer, None)
-    return compile_program(fn, _abstract(model, mesh, megatron_specs(model)),
-                           _abstract(opt_state, mesh, megatron_specs(opt_state)),
-                           _abstract(tokens, mesh, P()), _abstract(tokens, mesh, P()))
+    return compile_program(fn, abstract(model, mesh, megatron_specs(model)),
+                           abstract(opt_state, mesh, megatron_specs(opt_state)),
+                           abstract(tokens, mesh, P()), abstract(tokens, mesh, P()))
 
 
 def block_step(part: str, layout: str, n: int, *, batch: int, length: int, hidden: int,
@@ -321,7 +293,7 @@ def block_step(part: str, layout: str, n: int, *, batch: int, length: int, hidde
     square of the outputs, under ``"tensor"`` (Megatron, inputs replicated) or
     ``"sequence"`` (RSA, inputs split along the sequence)."""
     optimizer = optax.adam(1e-3)
-    block, opt_state = _shapes(lambda: Block(hidden, heads, key=jax.random.key(0)), optimizer)
+    block, opt_state = shapes(lambda: Block(hidden, heads, key=jax.random.key(0)), optimizer)
     x = jax.ShapeDtypeStruct((batch, length, hidden), jnp.float32)
     sequence = layout == "sequence" and n > 1
     attend = ring_self_attention("seq") if sequence else full_attention
@@ -343,13 +315,13 @@ def block_step(part: str, layout: str, n: int, *, batch: int, length: int, hidde
         if sequence:
             step = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P(*sp.AXES)),
                                  out_specs=(P(), P()))
-        return compile_program(step, _abstract(block, mesh, P()),
-                               _abstract(opt_state, mesh, P()),
-                               _abstract(x, mesh, P(*sp.AXES)))
+        return compile_program(step, abstract(block, mesh, P()),
+                               abstract(opt_state, mesh, P()),
+                               abstract(x, mesh, P(*sp.AXES)))
     mesh = _tensor_mesh(n)
-    return compile_program(step, _abstract(block, mesh, megatron_specs(block)),
-                           _abstract(opt_state, mesh, megatron_specs(opt_state)),
-                           _abstract(x, mesh, P()))
+    return compile_program(step, abstract(block, mesh, megatron_specs(block)),
+                           abstract(opt_state, mesh, megatron_specs(opt_state)),
+                           abstract(x, mesh, P()))
 
 
 # 3. the memory model -----------------------------------------------------------------------
@@ -484,7 +456,7 @@ def single_step(attention: str, *, batch: int, length: int, hidden: int, heads: 
     ``"full"`` attention or ``"blockwise"`` attention over key blocks of ``block``."""
     optimizer = optax.adam(1e-3)
     attend = full_attention if attention == "full" else blockwise_attention(block)
-    model, opt_state = _shapes(lambda: Transformer(64, 8, hidden, heads, layers, length,
+    model, opt_state = shapes(lambda: Transformer(64, 8, hidden, heads, layers, length,
                                                    key=jax.random.key(0)), optimizer)
 
     def step(model, opt_state, tokens):
