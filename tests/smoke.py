@@ -36,6 +36,9 @@ SMOKE = {
                              "search_batch": 2, "search_precision": 1,
                              "budget_mib": 0.5, "one_device_hidden": 16,
                              "one_device_budget_mib": 0.0},
+    "10_automap": {"hidden": 64, "stack_layers": [1], "budget": 3, "seeds": 1,
+                   "searchers": ["greedy", "mcts"], "regime_batch": [8], "regime_length": [32],
+                   "regime_budgets": [1.0], "regime_compiles": 3, "exhaustive_limit": 0},
 }
 
 # Set in every test process (tests/conftest.py) before jax starts. Most XLA optimisations off

@@ -40,6 +40,8 @@ HEADLINE = {
     "09_sequence_parallel": {"max_output_error", "curve_max_abs_difference",
                              "local_final_accuracy", "mlp_crossover_bl", "batch_ratio",
                              "length_ratio", "max_batch_by_devices", "communication"},
+    "10_automap": {"heuristic_over_megatron_bytes", "data_parallel_over_megatron_bytes",
+                   "named", "stacks", "regime", "exact", "claim_exact"},
 }
 
 
@@ -57,7 +59,8 @@ CLAIMS = {"00_quickstart": [],
           "08_early_termination": ["as_good_on_less_compute", "early_phases_predict",
                                    "simulator_predicts_live"],
           "09_sequence_parallel": ["exact", "identical_curves", "ablation_at_chance",
-                                   "crossover_sign", "larger_than_tensor", "linear_in_devices"]}
+                                   "crossover_sign", "larger_than_tensor", "linear_in_devices"],
+          "10_automap": ["block_optimum", "search_recovers", "less_than_heuristic", "exact"]}
 
 
 def test_every_notebook_has_smoke_parameters():
@@ -253,6 +256,22 @@ def test_sequence_parallel_bad_values_fail_before_any_kernel_starts(tmp_path, pa
 
     out = tmp_path / "reports"
     nb = str(ROOT / "notebooks/09_sequence_parallel.ipynb")
+    assert main(["run", nb, *params, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("params, message", [
+    (["-p", "searchers", '["annealing"]'], "unknown searcher 'annealing'; choose from greedy"),
+    (["-p", "model_devices", "3"], "model_devices 3 does not divide the 8 devices"),
+    (["-p", "axes", '["pipeline"]'], "unknown mesh axis 'pipeline' in axes"),
+])
+def test_automap_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
+    from lab.experiments.cli import main
+
+    out = tmp_path / "reports"
+    nb = str(ROOT / "notebooks/10_automap.ipynb")
     assert main(["run", nb, *params, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1

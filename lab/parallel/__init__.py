@@ -11,9 +11,12 @@ and XLA's partitioner inserts the collectives.
   ``first_devices(devices, platform)`` the devices themselves, or a one-line error.
 - ``shard_batch(batch, mesh)``: the leading axis of every leaf split over ``"data"``.
   Each process passes its own rows; on one host that is the whole batch.
-- ``shard_params(tree, mesh)``: parameters (or optimizer state) replicated, except that
-  with a ``model`` axis above 1 each weight matrix is split over it along its larger axis
-  (``eqx.nn.Linear.weight`` has shape ``(out, in)``), when that axis divides.
+- ``shard_params(tree, mesh, layout=None)``: parameters (or optimizer state) replicated,
+  except that with a ``model`` axis above 1 each weight matrix is split over it along its
+  larger axis (``eqx.nn.Linear.weight`` has shape ``(out, in)``), when that axis divides:
+  the shape heuristic ``param_spec``. A ``layout`` found by the automatic partitioner
+  (``lab.parallel.search``) replaces the heuristic here and in ``constrain_params`` and
+  ``data_parallel``.
   ``replicate(tree, mesh)`` replicates everything.
 - ``constrain_batch(tree, mesh)`` and ``constrain_params(tree, mesh)``: the same layouts
   as sharding constraints inside a jitted function (a training loop in ``lax.scan``);
@@ -207,13 +210,28 @@ def shard_batch(batch, mesh: Mesh):
     return _arrays(put, batch)
 
 
-def shard_params(tree, mesh: Mesh):
-    """Array leaves of ``tree`` (a model or an optimizer state) placed by ``param_spec``:
-    replicated, with the matrices split over ``"model"`` when that axis is above 1.
-    Every process passes the same values."""
+def _spec(mesh: Mesh, layout) -> Callable:
+    """``(path, leaf) -> PartitionSpec``: ``layout.spec`` (a layout found by
+    ``lab.parallel.search``), or ``param_spec`` when ``layout`` is None."""
+    if layout is not None:
+        return layout.spec
     model = mesh.shape["model"]
-    return _arrays(lambda x: jax.device_put(x, NamedSharding(mesh, param_spec(x, model))),
-                   tree)
+    return lambda path, x: param_spec(x, model)
+
+
+def _laid_out(fn: Callable, tree, mesh: Mesh, layout):
+    """``fn(x, NamedSharding)`` on every array leaf of ``tree``, placed by ``_spec``."""
+    spec = _spec(mesh, layout)
+    return jax.tree_util.tree_map_with_path(
+        lambda p, x: fn(x, NamedSharding(mesh, spec(p, x))) if eqx.is_array(x) else x, tree)
+
+
+def shard_params(tree, mesh: Mesh, layout=None):
+    """Array leaves of ``tree`` (a model or an optimizer state) placed by ``param_spec``:
+    replicated, with the matrices split over ``"model"`` when that axis is above 1; or by
+    ``layout`` (``lab.parallel.automap.Layout``, e.g. a search's result) when given.
+    Every process passes the same values."""
+    return _laid_out(jax.device_put, tree, mesh, layout)
 
 
 def replicate(tree, mesh: Mesh):
@@ -231,30 +249,31 @@ def constrain_batch(tree, mesh: Mesh | None):
                    tree)
 
 
-def constrain_params(tree, mesh: Mesh | None):
+def constrain_params(tree, mesh: Mesh | None, layout=None):
     """Inside jit: every array leaf of ``tree`` laid out by ``param_spec`` (replicated on a
-    data-only mesh). The identity when ``mesh`` is None."""
+    data-only mesh), or by ``layout`` when given. The identity when ``mesh`` is None."""
     if mesh is None:
         return tree
-    model = mesh.shape["model"]
-    return _arrays(lambda x: jax.lax.with_sharding_constraint(
-        x, NamedSharding(mesh, param_spec(x, model))), tree)
+    return _laid_out(jax.lax.with_sharding_constraint, tree, mesh, layout)
 
 
-def data_parallel(step: Callable, mesh: Mesh) -> Callable:
+def data_parallel(step: Callable, mesh: Mesh, layout=None) -> Callable:
     """``step(model, opt_state, batch) -> (model, opt_state, metrics)``, jitted with the
     batch split over ``"data"``, the model and optimizer state laid out by ``param_spec``
-    (replicated on a data-only mesh) and the metrics replicated.
+    (replicated on a data-only mesh) or by ``layout``, and the metrics replicated.
 
     ``step`` is written for one device: its loss averages over ``batch``, and XLA turns
     that mean over the sharded batch into a cross-device reduction of the gradients."""
 
     @eqx.filter_jit
     def parallel_step(model, opt_state, batch):
-        model, opt_state = constrain_params(model, mesh), constrain_params(opt_state, mesh)
+        def place(tree):
+            return constrain_params(tree, mesh, layout)
+
+        model, opt_state = place(model), place(opt_state)
         model, opt_state, metrics = step(model, opt_state, constrain_batch(batch, mesh))
         metrics = _arrays(lambda x: jax.lax.with_sharding_constraint(
             x, NamedSharding(mesh, REPLICATED)), metrics)
-        return constrain_params(model, mesh), constrain_params(opt_state, mesh), metrics
+        return place(model), place(opt_state), metrics
 
     return parallel_step

@@ -15,6 +15,8 @@ so a whole train step can be compiled with these layouts and XLA's partitioner i
 collectives. The heads must divide over the model devices (``check_heads``).
 """
 
+import re
+
 import equinox as eqx
 import jax
 from jax.sharding import PartitionSpec as P
@@ -24,11 +26,14 @@ ROW = ("output", "mlp_out")
 
 
 def _names(path) -> list[str]:
+    if isinstance(path, str):  # a keystr: ".blocks[0].attention.query.weight"
+        return re.findall(r"\.(\w+)", path)
     return [getattr(k, "name", getattr(k, "key", None)) for k in path]
 
 
 def spec_of(path, x, axis: str = "model") -> P:
-    """The Megatron layout of the leaf at ``path`` (a ``jax.tree_util`` key path)."""
+    """The Megatron layout of the leaf at ``path`` (a ``jax.tree_util`` key path or its
+    ``keystr``)."""
     names = _names(path)
     layer, kind = (names[-2], names[-1]) if len(names) >= 2 else (None, None)
     if layer in COLUMN:
@@ -55,3 +60,33 @@ def check_heads(heads: int, devices: int) -> None:
     if devices < 1 or heads % devices:
         raise ValueError(f"{heads} heads do not divide over {devices} tensor-parallel devices; "
                          f"Megatron needs whole heads per device, so use a divisor of {heads}")
+
+
+_BLOCK = re.compile(r"\.blocks\[(\d+)\]\.")
+
+
+def megatron_layers(layout, axis: str = "model") -> list[bool]:
+    """Per Transformer block, in order, whether ``layout`` (a ``lab.parallel.automap.Layout``
+    or a mapping from parameter path to spec) is Megatron's there: the ``query``, ``key``,
+    ``value`` and ``mlp_in`` weights column-parallel (``P(axis, None)``: output rows split)
+    and the attention ``output`` and ``mlp_out`` weights row-parallel (``P(None, axis)``).
+    Biases, LayerNorms and the rest are not looked at."""
+    specs = dict(getattr(layout, "specs", layout))
+    blocks: dict[int, bool] = {}
+    for path, spec in specs.items():
+        found = _BLOCK.search(path)
+        if found is None or not path.endswith(".weight"):
+            continue
+        layer = path.removesuffix(".weight").rsplit(".", 1)[-1]
+        want = {**dict.fromkeys(COLUMN, (axis, None)), **dict.fromkeys(ROW, (None, axis))}
+        if layer in want:
+            index = int(found[1])
+            blocks[index] = blocks.get(index, True) and tuple(spec) + (None,) * (
+                2 - len(spec)) == want[layer]
+    return [blocks[i] for i in sorted(blocks)]
+
+
+def is_megatron(layout, axis: str = "model") -> bool:
+    """Megatron's layout in every block (and there is at least one)."""
+    layers = megatron_layers(layout, axis)
+    return bool(layers) and all(layers)
