@@ -284,7 +284,8 @@ class Scorer:
 
         def program(model, opt_state, batch):
             model, opt_state, value = step(model, opt_state, batch)
-            return constrain(model), constrain(opt_state), value
+            return (eqx.filter(constrain(model), eqx.is_array),
+                    eqx.filter(constrain(opt_state), eqx.is_array), value)
 
         return compile_program(program, abstract(self.model, self.mesh, layout.tree(self.model)),
                                abstract(self.opt_state, self.mesh, layout.tree(self.opt_state)),

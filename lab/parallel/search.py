@@ -5,8 +5,9 @@
 - ``"exhaustive"``: every layout (refused above ``limit`` layouts, before any compile);
 - ``"greedy"``: coordinate descent from ``start`` (full replication by default): each
   decision in turn takes its best option with the others fixed, sweeps repeat until one
-  changes nothing. It only ever moves to a strictly better layout, so it never returns one
-  costlier than its start;
+  changes nothing. Over the budget, a layout that needs fewer bytes counts as better, so a
+  start that does not fit walks towards the budget. It only ever moves to a strictly better
+  layout, so it never returns one costlier than its start;
 - ``"random"``: layouts drawn uniformly;
 - ``"mcts"``: Monte Carlo tree search over the sequence of per-decision choices (automap's
   search, in outline). A node is a partial choice (the first k decisions made); each
@@ -99,7 +100,7 @@ def exhaustive(run: _Run, rng: np.random.Generator) -> None:
 
 def greedy(run: _Run, rng: np.random.Generator, start: Sequence[int] | None = None) -> None:
     current = tuple(run.space.replicated if start is None else start)
-    best = run.score(current)
+    best = _rank(run, current)
     changed = True
     while changed and not run.exhausted:
         changed = False
@@ -108,9 +109,16 @@ def greedy(run: _Run, rng: np.random.Generator, start: Sequence[int] | None = No
                 if option == current[k] or run.exhausted:
                     continue
                 candidate = current[:k] + (option,) + current[k + 1:]
-                score = run.score(candidate)
-                if score < best:
-                    best, current, changed = score, candidate, True
+                rank = _rank(run, candidate)
+                if rank < best:
+                    best, current, changed = rank, candidate, True
+
+
+def _rank(run: _Run, choice: tuple[int, ...]) -> tuple[float, int]:
+    """Greedy's order: feasible layouts by score, then layouts over the budget by their
+    bytes, so that a descent starting over the budget walks towards it."""
+    score = run.score(choice)
+    return (score, 0) if math.isfinite(score) else (math.inf, run.cost(choice).memory)
 
 
 def random(run: _Run, rng: np.random.Generator) -> None:
