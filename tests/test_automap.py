@@ -289,3 +289,13 @@ def test_found_layout_train_step_equals_the_unsharded_step(facts):
     assert exact["sgd_param_error"] <= 1e-5 and exact["loss_error"] <= 1e-5
     assert exact["adam_param_error"] <= 1e-3  # at most the learning rate
     assert "P(None, 'model')" in exact["specs_in_use"]
+
+
+def test_objectives_score_bytes_or_alpha_beta_time_and_refuse_over_budget():
+    cost = automap.Cost(collective_bytes=1000, collectives=4, memory=5000, flops=2e6, seconds=0)
+    assert automap.Objective(memory_weight=0.1)(cost) == 1000 + 500
+    assert automap.Objective(budget=4999)(cost) == math.inf
+    assert automap.Objective(budget=4999).unbudgeted(cost) == 1000 + 50
+    time_model = automap.AlphaBeta(alpha=1e-5, beta=1e-9, flop_rate=1e12)
+    assert time_model(cost) == pytest.approx(4e-5 + 1e-6 + 2e-6)
+    assert automap.AlphaBeta(budget=100)(cost) == math.inf
