@@ -191,6 +191,7 @@ def problem(setup: Setup, layers: int, *, batch: int | None = None, length: int 
 def _row(p: Problem, objective, choice) -> dict[str, Any]:
     cost = p.scorer(p.space.layout(choice))
     return {"choice": list(choice), "score": objective(cost),
+            "alpha_beta_us": 1e6 * automap.AlphaBeta()(cost),
             "collective_bytes": cost.collective_bytes, "collectives": cost.collectives,
             "memory": cost.memory, "flops": cost.flops, "megatron": p.is_megatron(choice)}
 
