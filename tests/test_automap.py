@@ -87,11 +87,10 @@ def test_space_refuses_bad_axes_in_one_line(kwargs, message):
 
 
 class TableScorer:
-    """A scorer from a hand-written cost per decision and option, added up: the layouts'
-    bytes are separable, with one optimum per decision."""
+    """A scorer that hands the layout (a choice) to ``TableObjective`` and counts its calls."""
 
-    def __init__(self, table):
-        self.table, self.calls = table, 0
+    def __init__(self):
+        self.calls = 0
 
     def __call__(self, layout):
         self.calls += 1
@@ -110,6 +109,9 @@ class TableSpace:
 
 
 class TableObjective:
+    """A hand-written cost per decision and option, added up: the layouts' costs are
+    separable, with one optimum per decision."""
+
     budget = math.inf
 
     def __init__(self, table, infeasible=()):
@@ -127,7 +129,7 @@ OPTIMUM = (1, 2, 1, 2)
 
 
 def table_search(searcher, budget, seed=0, **options):
-    return search.search(TableSpace([3] * 4), TableScorer(TABLE), TableObjective(TABLE),
+    return search.search(TableSpace([3] * 4), TableScorer(), TableObjective(TABLE),
                          searcher, budget, seed, **options)
 
 
@@ -169,7 +171,7 @@ def test_search_stops_when_told_and_reports_progress():
     ("mcts", {"completion": "greedy"}, "unknown completion 'greedy'"),
 ])
 def test_search_refuses_unknown_names_before_any_compile(searcher, options, message):
-    scorer = TableScorer(TABLE)
+    scorer = TableScorer()
     with pytest.raises(ValueError, match=message):
         search.search(TableSpace([3] * 4), scorer, TableObjective(TABLE), searcher, 5,
                       **options)
@@ -179,7 +181,7 @@ def test_search_refuses_unknown_names_before_any_compile(searcher, options, mess
 def test_exhaustive_refuses_a_space_above_its_limit():
     with pytest.raises(ValueError, match="exhaustive search over 81 layouts is above the limit "
                                          "of 80"):
-        search.search(TableSpace([3] * 4), TableScorer(TABLE), TableObjective(TABLE),
+        search.search(TableSpace([3] * 4), TableScorer(), TableObjective(TABLE),
                       "exhaustive", limit=80)
 
 

@@ -34,13 +34,11 @@ import optax
 from lab import parallel
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
-from lab.experiments.sequence_parallel import simulate_devices
+from lab.experiments.sequence_parallel import simulate_devices  # noqa: F401 (the notebook calls it)
 from lab.models.transformer import Transformer
 from lab.parallel import automap, search
 from lab.parallel.megatron import is_megatron, megatron_layers, spec_of
 from lab.train import automap as train
-
-__all__ = ["simulate_devices"]
 
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -165,11 +163,15 @@ class Problem:
 
     def named(self) -> dict[str, tuple[int, ...]]:
         """The named layouts as choices of this space."""
-        megatron = self.space.choice(lambda path, shape: spec_of(path, None))
-        mlp = lambda path, shape: spec_of(path, None) if ".mlp_" in path else ()  # noqa: E731
-        return {"Megatron": megatron,
+        def megatron(path, shape):
+            return spec_of(path, None)
+
+        def mlp_only(path, shape):
+            return spec_of(path, None) if ".mlp_" in path else ()
+
+        return {"Megatron": self.space.choice(megatron),
                 "heuristic": self.space.choice(automap.heuristic(self.scorer.mesh)),
-                "MLP only": self.space.choice(mlp),
+                "MLP only": self.space.choice(mlp_only),
                 "data parallel": self.space.replicated}
 
     def is_megatron(self, choice) -> bool:
