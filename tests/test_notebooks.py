@@ -106,6 +106,11 @@ def test_notebook_runs_alike_through_the_runner_and_plain_papermill(path, tmp_pa
     assert "status-ok" in html and "data:image/png" in html
     assert ('<table class="claims">' in html) == bool(CLAIMS[path.stem])
 
+    if path.stem == "05_sweeps":
+        # its metrics cannot agree between two runs (trials are named after their run
+        # folders), and its smoke sweep takes 70 s: the runner's papermill run above is
+        # the check that it runs under papermill
+        return
     papermill_dir = tmp_path / "papermill"
     papermill_dir.mkdir()
     out = papermill_dir / path.name
@@ -117,9 +122,9 @@ def test_notebook_runs_alike_through_the_runner_and_plain_papermill(path, tmp_pa
     assert plain.returncode == 0, plain.stderr[-2000:]
     executed = nbformat.read(out, as_version=4)
     assert any(cell.get("outputs") for cell in executed.cells)
-    # 05's trials are named after their run folders; 06 measures against the wall-clock
-    # (rates, and returns after so many seconds): both differ between two runs by design
-    if path.stem not in ("05_sweeps", "06_ga3c"):
+    # 06 measures against the wall-clock (rates, and returns after so many seconds): its
+    # metrics differ between two runs by design
+    if path.stem != "06_ga3c":
         assert untimed(first.metrics) == untimed(read_metrics(papermill_dir))
 
 
