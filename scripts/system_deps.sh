@@ -7,11 +7,13 @@
 #               workers (the tests start and stop their own server in a temporary folder)
 #   dataset-fashion-mnist: the official Fashion-MNIST files under
 #               /usr/share/datasets/fashion-mnist, read offline by lab.data.load("fashion_mnist")
+#   dict-devil: Bierce's The Devil's Dictionary (public domain) for the dictd server, the text
+#               corpus of lab.data.text.load_text (the interlocking notebook's language model)
 # Without root or apt-get it prints one warning and succeeds; the tests that need a missing
 # package then skip and say what to install.
 set -euo pipefail
 
-PACKAGES=(libosmesa6 chromium postgresql dataset-fashion-mnist)
+PACKAGES=(libosmesa6 chromium postgresql dataset-fashion-mnist dict-devil)
 
 missing=()
 for package in "${PACKAGES[@]}"; do

@@ -42,6 +42,9 @@ HEADLINE = {
                              "length_ratio", "max_batch_by_devices", "communication"},
     "10_automap": {"heuristic_over_megatron_bytes", "data_parallel_over_megatron_bytes",
                    "named", "stacks", "regime", "exact", "claim_exact"},
+    "11_interlocking": {"images_final", "text_final", "images_time_per_batch",
+                        "text_time_per_batch", "images_pairwise_gap_fraction",
+                        "text_pairwise_time_over_local", "pipeline", "claim_pipeline_exact"},
 }
 
 
@@ -60,7 +63,9 @@ CLAIMS = {"00_quickstart": [],
                                    "simulator_predicts_live"],
           "09_sequence_parallel": ["exact", "identical_curves", "ablation_at_chance",
                                    "crossover_sign", "larger_than_tensor", "linear_in_devices"],
-          "10_automap": ["block_optimum", "search_recovers", "less_than_heuristic", "exact"]}
+          "10_automap": ["block_optimum", "search_recovers", "less_than_heuristic", "exact"],
+          "11_interlocking": ["recovers_accuracy_images", "near_local_time_images",
+                              "recovers_accuracy_text", "near_local_time_text"]}
 
 
 def test_every_notebook_has_smoke_parameters():
@@ -277,6 +282,25 @@ def test_automap_bad_values_fail_before_any_kernel_starts(tmp_path, params, mess
 
     out = tmp_path / "reports"
     nb = str(ROOT / "notebooks/10_automap.ipynb")
+    assert main(["run", nb, *params, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("params, message", [
+    (["-p", "rules", '["global", "5-wise"]'], "n = 5 is outside 1 ... 4 (the number of "
+                                              "components)"),
+    (["-p", "rules", '["backprop"]'], "unknown rule 'backprop'; use global, local, pairwise"),
+    (["-p", "tasks", '["audio"]'], "unknown task 'audio'; choose from images, text"),
+    (["-p", "image_steps", "75"], "image_steps 75 must be a positive multiple of eval_every 50"),
+])
+def test_interlocking_bad_values_fail_before_any_kernel_starts(tmp_path, params, message,
+                                                               capsys):
+    from lab.experiments.cli import main
+
+    out = tmp_path / "reports"
+    nb = str(ROOT / "notebooks/11_interlocking.ipynb")
     assert main(["run", nb, *params, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1

@@ -1,0 +1,469 @@
+"""Interlocking backpropagation (arXiv 2010.04116) at CPU scale: accuracy and modelled time.
+
+The studies of notebook 11, each a function of a ``Setup`` (the notebook's parameters):
+
+1. ``train_rules``: a network in four components trained with each rule (global, local,
+   pairwise, 3-wise) over seeds, on Fashion-MNIST with the ResNet (test accuracy) and on a
+   character-level language model of *The Devil's Dictionary* (test bits per character).
+2. ``timings``: each component's ops timed on their own, fed to the schedule model
+   (``lab.parallel.interlocking``): time per batch and utilisation of four devices under
+   each rule, and each run's accuracy against modelled pipelined time.
+3. ``pipeline_check``: the rules run as a real pipeline on four simulated devices (one
+   thread per device, ``lab.parallel.interlocking_devices``): the parameters against the
+   jitted steps, and the measured timeline against the schedule model's replay of it.
+"""
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from lab.data import load
+from lab.data.text import load_text, provenance, windows
+from lab.experiments.claims import Claim, plural, verdict_of
+from lab.experiments.claims import summary as claims_summary
+from lab.experiments.sequence_parallel import simulate_devices  # noqa: F401 (the notebook calls it)
+from lab.models.interlocking import Stack, char_transformer, resnet
+from lab.parallel import interlocking as schedule
+from lab.parallel.interlocking_devices import ComponentOps, op_times, run_pipeline
+from lab.train import interlocking as train
+
+COMPONENTS = 4
+TASKS = ("images", "text")
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    # 3000 steps, every test image: about 30 minutes on the 2-core CPU
+    "claim": {"image_steps": 3000, "text_steps": 3000, "eval_every": 150,
+              "eval_examples": 10000},
+}
+PARAMETERS = ("preset", "tasks", "rules", "seeds", "channels", "blocks", "head_channels",
+              "image_batch", "image_steps", "image_lr", "image_target", "hidden", "heads", "length",
+              "text_batch", "text_steps", "text_lr", "text_target", "eval_every",
+              "eval_examples", "timing_repeats", "pipeline_batches", "seed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """The notebook's parameters, validated."""
+
+    tasks: tuple[str, ...]
+    rules: tuple[str, ...]  # global, local, pairwise, "<n>-wise" (n = 1 ... 4)
+    seeds: int
+    channels: int  # the ResNet's first width (then 2x, 4x, 4x)
+    blocks: int  # residual blocks per component
+    head_channels: int  # the conv heads' width (2x, then 1x)
+    image_batch: int
+    image_steps: int
+    image_lr: float
+    image_target: float  # test accuracy for "time to target"
+    hidden: int  # the language model's width
+    heads: int
+    length: int  # characters per sequence
+    text_batch: int
+    text_steps: int
+    text_lr: float
+    text_target: float  # test bits per character for "time to target"
+    eval_every: int
+    eval_examples: int  # test images (or held-out sequences, at most all of them) per evaluation
+    timing_repeats: int
+    pipeline_batches: int  # batches of the simulated-device pipeline check (0: skip)
+    seed: int
+
+    def steps(self, task: str) -> int:
+        return self.image_steps if task == "images" else self.text_steps
+
+
+def configure(**params: Any) -> Setup:
+    """The notebook's parameters as a ``Setup``; a one-line ValueError naming a bad value,
+    before anything is compiled."""
+    preset = params.get("preset", "default")
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = params | PRESETS[preset]
+    for task in p["tasks"]:
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+    if not p["rules"]:
+        raise ValueError("rules is empty; give at least one of global, local, pairwise, 3-wise")
+    for rule in p["rules"]:
+        n = train.rule_n(rule, COMPONENTS)
+        train.check_n(COMPONENTS, n)
+    for name in ("seeds", "channels", "blocks", "head_channels", "image_batch", "hidden", "heads",
+                 "length", "text_batch", "eval_every", "eval_examples", "timing_repeats"):
+        if p[name] < 1:
+            raise ValueError(f"{name} must be at least 1, got {p[name]}")
+    for name in ("image_steps", "text_steps"):
+        if p[name] < p["eval_every"] or p[name] % p["eval_every"]:
+            raise ValueError(f"{name} {p[name]} must be a positive multiple of eval_every "
+                             f"{p['eval_every']}")
+    if p["channels"] % 4 or p["head_channels"] % 4:
+        raise ValueError(f"channels {p['channels']} and head_channels {p['head_channels']} "
+                         "must be multiples of 4 (GroupNorm's 4 groups)")
+    if p["hidden"] % p["heads"]:
+        raise ValueError(f"hidden {p['hidden']} does not divide into {p['heads']} heads")
+    if p["image_lr"] <= 0 or p["text_lr"] <= 0:
+        raise ValueError("image_lr and text_lr must be positive")
+    if not 0 < p["image_target"] < 1 or p["text_target"] <= 0:
+        raise ValueError("image_target must be an accuracy in (0, 1), text_target positive "
+                         "bits per character")
+    if p["pipeline_batches"] < 0:
+        raise ValueError(f"pipeline_batches must be at least 0, got {p['pipeline_batches']}")
+    return Setup(tuple(p["tasks"]), tuple(p["rules"]), p["seeds"], p["channels"], p["blocks"],
+                 p["head_channels"], p["image_batch"], p["image_steps"], float(p["image_lr"]),
+                 float(p["image_target"]), p["hidden"], p["heads"], p["length"],
+                 p["text_batch"], p["text_steps"], float(p["text_lr"]), float(p["text_target"]),
+                 p["eval_every"], p["eval_examples"], p["timing_repeats"],
+                 p["pipeline_batches"], p["seed"])
+
+
+# the two tasks -------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A network, its data and its measure, as ``lab.train.interlocking.make_train`` takes
+    them: ``data`` is a dict of arrays, ``sample(data, key)`` a training batch,
+    ``evaluate(data, stack)`` the measure on ``data["eval"]`` (held-out examples; the last
+    evaluation is the final one). ``higher_is_better``: accuracy (images) or not (bits per
+    character)."""
+
+    name: str
+    init: Callable[[jax.Array], Stack]
+    data: dict
+    sample: Callable[[dict, jax.Array], tuple[jax.Array, jax.Array]]
+    evaluate: Callable[[dict, Stack], dict]
+    metric: str
+    higher_is_better: bool
+    target: float
+    lr: float
+    source: dict
+
+    @property
+    def batch(self) -> tuple[jax.Array, jax.Array]:
+        """One training batch (the timings)."""
+        return self.sample(self.data, jax.random.key(0))
+
+
+def _image_metrics(stack: Stack, x: jax.Array, y: jax.Array) -> dict:
+    logits = jax.vmap(stack)(x)
+    return {"accuracy": (logits.argmax(-1) == y).mean(),
+            "loss": train.cross_entropy(logits, y)}
+
+
+def images(setup: Setup) -> Task:
+    """Fashion-MNIST (the official files, ``lab.data.load``) with the four-component ResNet."""
+    x_train, y_train = load("fashion_mnist", "train")
+    x_test, y_test = load("fashion_mnist", "test")
+    data = {"pixels": jnp.asarray((x_train * 255).round().astype(np.uint8)),
+            "labels": jnp.asarray(y_train),
+            "eval": (jnp.asarray(x_test[:setup.eval_examples, ..., None]),
+                     jnp.asarray(y_test[:setup.eval_examples]))}
+
+    def sample(data, key):
+        index = jax.random.randint(key, (setup.image_batch,), 0, data["pixels"].shape[0])
+        return data["pixels"][index][..., None].astype(jnp.float32) / 255.0, data["labels"][index]
+
+    def init(key):
+        return resnet(setup.channels, setup.head_channels, setup.blocks, key=key)
+
+    return Task("images", init, data, sample, lambda d, s: _image_metrics(s, *d["eval"]),
+                "accuracy", True,
+                setup.image_target, setup.image_lr,
+                {"dataset": "fashion_mnist", "train": int(len(y_train)),
+                 "test": int(len(y_test))})
+
+
+def text(setup: Setup) -> Task:
+    """Character-level language modelling of *The Devil's Dictionary* (``lab.data.text``)."""
+    corpus = load_text("devils_dictionary")
+    vocab = len(corpus.vocabulary)
+    test_ids = jnp.asarray(corpus.test)
+
+    # evenly spaced windows of the held-out text, not overlapping
+    count = min(setup.eval_examples, (len(corpus.test) - 1) // setup.length)
+    starts = np.linspace(0, len(corpus.test) - setup.length - 1, count).astype(np.int32)
+    data = {"ids": jnp.asarray(corpus.train), "eval": windows(test_ids, setup.length, starts)}
+
+    def bits(stack, x, y):
+        return {"bits": train.cross_entropy(jax.vmap(stack)(x), y) / jnp.log(2.0)}
+
+    def sample(data, key):
+        starts = jax.random.randint(key, (setup.text_batch,), 0,
+                                    data["ids"].shape[0] - setup.length - 1)
+        return windows(data["ids"], setup.length, starts)
+
+    def init(key):
+        return char_transformer(vocab, setup.hidden, setup.heads, setup.length, COMPONENTS,
+                                key=key)
+
+    return Task("text", init, data, sample, lambda d, s: bits(s, *d["eval"]), "bits", False,
+                setup.text_target,
+                setup.text_lr,
+                provenance("devils_dictionary") | {"train_characters": int(len(corpus.train)),
+                                                   "test_characters": int(len(corpus.test)),
+                                                   "vocabulary": vocab})
+
+
+def task(setup: Setup, name: str) -> Task:
+    return images(setup) if name == "images" else text(setup)
+
+
+def optimizer(task: Task) -> optax.GradientTransformation:
+    """Adam at the task's learning rate (the official ResNet runs use SGD with momentum over
+    200 epochs; Adam is the robust choice for a few thousand CPU steps)."""
+    return optax.adam(task.lr)
+
+
+# 1. accuracy -------------------------------------------------------------------------------
+
+def train_rule(setup: Setup, task: Task, rule: str) -> dict[str, Any]:
+    """Every seed of ``rule`` on ``task`` (``jax.vmap`` over seeds, ``eval_every`` steps per
+    compiled call): the curves, the final metric (the last evaluation) and the seconds."""
+    n = train.rule_n(rule, COMPONENTS)
+    run, _, _, _ = train.make_train(task.init, task.sample, task.evaluate, n, optimizer(task),
+                                    train.cross_entropy, None, setup.eval_every)
+    keys = jax.random.split(jax.random.key(setup.seed), setup.seeds)
+    begin = time.perf_counter()
+    result = run(task.data, keys, setup.steps(task.name))
+    seconds = time.perf_counter() - begin
+    steps = np.arange(1, setup.steps(task.name) // setup.eval_every + 1) * setup.eval_every
+    return {"rule": rule, "n": n, "steps": steps.tolist(),
+            "train_loss": np.asarray(result.train_loss).tolist(),
+            "curve": np.asarray(result.evaluation[task.metric]).tolist(),
+            "final": result.evaluation[task.metric][:, -1].tolist(), "seconds": seconds}
+
+
+def train_rules(setup: Setup, name: str, on_rule: Callable[[dict], None] | None = None
+                ) -> dict[str, Any]:
+    """Each rule of ``setup.rules`` on task ``name``; ``on_rule`` sees each result."""
+    t = task(setup, name)
+    runs = {}
+    for rule in setup.rules:
+        runs[rule] = train_rule(setup, t, rule)
+        if on_rule is not None:
+            on_rule(runs[rule])
+    return {"task": name, "metric": t.metric, "higher_is_better": t.higher_is_better,
+            "target": t.target, "source": t.source, "runs": runs}
+
+
+# 2. the schedule model ---------------------------------------------------------------------
+
+def timings(setup: Setup, name: str) -> dict[str, Any]:
+    """Each op of each component timed on its own at the training batch size, and each
+    rule's time per batch and utilisation on four devices under the schedule model."""
+    t = task(setup, name)
+    stack = t.init(jax.random.key(setup.seed))
+    x, y = t.batch
+    times = op_times(stack, x, y, train.cross_entropy, None, optimizer(t), setup.timing_repeats)
+    rules = {}
+    for rule in setup.rules:
+        rules[rule] = schedule.summary(COMPONENTS, train.rule_n(rule, COMPONENTS), times)
+    return {"task": name, "times": dataclasses.asdict(times), "rules": rules}
+
+
+def time_to_target(study: dict, timing: dict) -> dict[str, Any]:
+    """Per rule, the modelled pipelined seconds (steps x time per batch) at which each seed's
+    evaluated metric first reached the target (None: not reached)."""
+    out = {}
+    better = (lambda v, t: v >= t) if study["higher_is_better"] else (lambda v, t: v <= t)
+    for rule, run in study["runs"].items():
+        per_batch = timing["rules"][rule]["time_per_batch"]
+        hits = []
+        for curve in run["curve"]:
+            first = next((s for s, v in zip(run["steps"], curve, strict=True)
+                          if better(v, study["target"])), None)
+            hits.append(None if first is None else first * per_batch)
+        reached = [h for h in hits if h is not None]
+        out[rule] = {"seconds": hits, "reached": len(reached),
+                     "mean_seconds": float(np.mean(reached)) if reached else None}
+    return out
+
+
+# 3. the pipeline on simulated devices ------------------------------------------------------
+
+def pipeline_check(setup: Setup, name: str = "images", times: schedule.Times | None = None
+                   ) -> list[dict[str, Any]]:
+    """Each rule as a real pipeline on four simulated devices (needs ``simulate_devices(4)``
+    first), trained with SGD: the largest parameter difference from the jitted steps; the
+    measured time per batch against the schedule model fed with op times measured on their
+    own (``times``, e.g. ``timings``'s; measured here when None); and the replay gap (how
+    much later each op started than the model replaying the measured durations says it
+    could have: dispatch and thread hand-over)."""
+    if setup.pipeline_batches == 0:
+        return []
+    if len(jax.devices()) < COMPONENTS:
+        raise RuntimeError(f"the pipeline check needs {COMPONENTS} devices; call "
+                           f"simulate_devices({COMPONENTS}) before jax starts")
+    t = task(setup, name)
+    # plain SGD: Adam divides each gradient by its own magnitude, which turns the last-bit
+    # differences between separately compiled programs into steps of up to the learning rate
+    opt = optax.sgd(t.lr)
+    stack = t.init(jax.random.key(setup.seed))
+    batches = [tuple(np.asarray(a) for a in t.sample(t.data, k))
+               for k in jax.random.split(jax.random.key(setup.seed + 1), setup.pipeline_batches)]
+    ops = ComponentOps(train.cross_entropy, train.cross_entropy, opt)
+    if times is None:
+        times = op_times(stack, *batches[0], train.cross_entropy, None, opt,
+                         setup.timing_repeats)
+    out = []
+    for rule in setup.rules:
+        n = train.rule_n(rule, COMPONENTS)
+        step = train.make_step(opt, n, train.cross_entropy)
+        want, state = stack, opt.init(eqx.filter(stack, eqx.is_inexact_array))
+        for x, y in batches:
+            want, state, _ = step(want, state, x, y)
+        run_pipeline(stack, n, batches[:1], train.cross_entropy, None, opt, ops=ops)  # compile
+        got, timeline = run_pipeline(stack, n, batches, train.cross_entropy, None, opt, ops=ops)
+        error = max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(
+            jax.tree.leaves(eqx.filter(got, eqx.is_inexact_array)),
+            jax.tree.leaves(eqx.filter(want, eqx.is_inexact_array)), strict=True))
+        durations = {(e.batch, e.op.component, e.op.label): e.end - e.start
+                     for e in timeline.events}
+        replay = schedule.simulate(COMPONENTS, n, times, len(batches), durations)
+        gaps = [start - replay.starts()[key] for key, start in timeline.starts().items()]
+        modelled = schedule.simulate(COMPONENTS, n, times, len(batches))
+        out.append({"rule": rule, "param_error": error,
+                    "measured_per_batch": timeline.time_per_batch,
+                    "modelled_per_batch": modelled.time_per_batch,
+                    "replay_per_batch": replay.time_per_batch,
+                    "mean_gap": float(np.mean(gaps)), "max_gap": float(np.max(gaps)),
+                    "utilisation": timeline.utilisation(), "timeline": timeline})
+    return out
+
+
+# the verdict -------------------------------------------------------------------------------
+
+def interlocking_rules(setup: Setup) -> list[str]:
+    """The rules between local and global: ``2 <= n < K``."""
+    return [r for r in setup.rules if 2 <= train.rule_n(r, COMPONENTS) < COMPONENTS]
+
+
+def gap_fractions(study: dict) -> dict[str, Any]:
+    """Each rule's share of the gap between local and global learning's final metric (mean
+    over seeds): 0 is local's, 1 global's. ``gap`` is global's advantage (positive when
+    global is better) and ``noise`` twice the larger standard error of the two."""
+    finals = {r: np.asarray(run["final"], float) for r, run in study["runs"].items()}
+    if "local" not in finals or "global" not in finals:
+        return {"gap": None, "noise": None, "fractions": {}}
+    sign = 1.0 if study["higher_is_better"] else -1.0
+    local, glob = finals["local"].mean(), finals["global"].mean()
+    gap = sign * (glob - local)
+    noise = 2 * max(f.std(ddof=1) / np.sqrt(len(f)) if len(f) > 1 else 0.0
+                    for f in (finals["local"], finals["global"]))
+    fractions = {r: (float(sign * (f.mean() - local) / gap) if gap > 0 else None)
+                 for r, f in finals.items()}
+    return {"gap": float(gap), "noise": float(noise), "fractions": fractions}
+
+
+def verdict(setup: Setup, studies: dict[str, dict], timing: dict[str, dict],
+            check: list[dict]) -> dict[str, Any]:
+    """Every metric of the run and the claims' booleans (None: not testable)."""
+    m: dict[str, Any] = {"components": COMPONENTS, "rules": list(setup.rules)}
+    between = interlocking_rules(setup)
+    for task_name, study in studies.items():
+        t = timing[task_name]
+        per_batch = {r: v["time_per_batch"] for r, v in t["rules"].items()}
+        m[f"{task_name}_source"] = study["source"]
+        m[f"{task_name}_final"] = {r: {"seeds": run["final"], "mean": float(np.mean(run["final"])),
+                                       "std": float(np.std(run["final"]))}
+                                   for r, run in study["runs"].items()}
+        m[f"{task_name}_train_seconds"] = {r: run["seconds"] for r, run in study["runs"].items()}
+        gaps = gap_fractions(study)
+        m[f"{task_name}_gap"] = gaps
+        m[f"{task_name}_op_times"] = t["times"]
+        m[f"{task_name}_time_per_batch"] = per_batch
+        m[f"{task_name}_utilisation"] = {r: v["mean_utilisation"] for r, v in t["rules"].items()}
+        m[f"{task_name}_time_to_target"] = time_to_target(study, t)
+        closeness = {}
+        if "local" in per_batch and "global" in per_batch \
+                and per_batch["global"] > per_batch["local"]:
+            span = per_batch["global"] - per_batch["local"]
+            closeness = {r: (v - per_batch["local"]) / span for r, v in per_batch.items()}
+        m[f"{task_name}_time_closeness"] = closeness
+        for r in between:
+            key = r.replace("-", "_")
+            m[f"{task_name}_{key}_gap_fraction"] = gaps["fractions"].get(r)
+            m[f"{task_name}_{key}_time_over_local"] = per_batch[r] / per_batch["local"] \
+                if "local" in per_batch else None
+        m[f"{task_name}_global_time_over_local"] = per_batch["global"] / per_batch["local"] \
+            if {"local", "global"} <= set(per_batch) else None
+        fractions = [gaps["fractions"].get(r) for r in between]
+        if not between or gaps["gap"] is None or gaps["gap"] <= 0:
+            m[f"claim_accuracy_{task_name}"] = None  # no gap to recover
+            m[f"accuracy_weakly_{task_name}"] = False
+        else:
+            m[f"claim_accuracy_{task_name}"] = bool(all(f >= 0.5 for f in fractions))
+            m[f"accuracy_weakly_{task_name}"] = bool(gaps["gap"] <= gaps["noise"])
+        near = [closeness.get(r) for r in between]
+        m[f"claim_time_{task_name}"] = (None if not between or not closeness
+                                        else bool(all(c < 0.5 for c in near)))
+    m["pipeline"] = [{k: v for k, v in row.items() if k != "timeline"} for row in check]
+    m["claim_pipeline_exact"] = (None if not check else
+                                 bool(all(row["param_error"] < 1e-5 for row in check)))
+    return m
+
+
+def _numbers(m: dict, task_name: str, setup: Setup, kind: str) -> dict[str, Any]:
+    between = interlocking_rules(setup)
+    if kind == "accuracy":
+        gaps = m[f"{task_name}_gap"]
+        finals = m[f"{task_name}_final"]
+        out = {f"{r} (mean of {setup.seeds})": finals[r]["mean"] for r in finals}
+        out |= {f"{r}: share of the gap": gaps["fractions"].get(r) for r in between}
+        out["gap (global - local)"] = gaps["gap"]
+        out["2 x standard error"] = gaps["noise"]
+        return out
+    per_batch = m[f"{task_name}_time_per_batch"]
+    out = {f"{r} (ms per batch)": 1e3 * v for r, v in per_batch.items()}
+    out |= {f"{r}: place between local (0) and global (1)": m[f"{task_name}_time_closeness"]
+            .get(r) for r in between}
+    return out
+
+
+def summary(m: dict[str, Any], setup: Setup) -> dict[str, Any]:
+    """The claims, study and headline for ``record``."""
+    claims = []
+    what = {"images": "Fashion-MNIST, 4-component ResNet (test accuracy)",
+            "text": "character LM of The Devil's Dictionary (test bits per character)"}
+    for task_name in setup.tasks:
+        claims.append(Claim(
+            f"recovers_accuracy_{task_name}",
+            f"Interlocking (n-wise, 1 < n < K) recovers most of the gap between local and global "
+            f"learning: {what[task_name]}",
+            verdict_of(m[f"claim_accuracy_{task_name}"],
+                       weakly=m[f"accuracy_weakly_{task_name}"]),
+            _numbers(m, task_name, setup, "accuracy")))
+        claims.append(Claim(
+            f"near_local_time_{task_name}",
+            f"Interlocking's time per batch on 4 pipelined devices (schedule model, measured op "
+            f"times) is much closer to local than to global learning: {what[task_name]}",
+            verdict_of(m[f"claim_time_{task_name}"]), _numbers(m, task_name, setup, "time")))
+    headline = [k for k in m if k.endswith(("_gap_fraction", "_time_over_local"))
+                and m[k] is not None]
+    return claims_summary(
+        paper="Gomez, Key, Perlin, Gou, Frosst, Dean & Gal, Interlocking Backpropagation: "
+              "Improving depthwise model-parallelism (arXiv 2010.04116, JMLR 2022)",
+        paper_setting="ResNets on CIFAR-10 and ImageNet, Transformers on language modelling; "
+                      "one component per accelerator",
+        measured=(f"{COMPONENTS} components; {plural(setup.seeds, 'seed')}; "
+                  + "; ".join(f"{t}: {setup.steps(t)} steps" for t in setup.tasks)
+                  + "; time per batch from a schedule model fed with op times measured on "
+                    "this CPU"),
+        claims=claims, headline=headline)
+
+
+def curves(m: dict[str, Any], studies: dict[str, dict]) -> dict[str, dict[str, Any]]:
+    """Per task and rule, the evaluated metric against steps (mean over seeds), for the
+    compare view."""
+    out = {}
+    for task_name, study in studies.items():
+        for rule, run in study["runs"].items():
+            out[f"{task_name}_{rule.replace('-', '_')}"] = {
+                "x": run["steps"], "y": np.mean(run["curve"], 0).tolist(), "xlabel": "steps",
+                "ylabel": study["metric"]}
+    return out

@@ -1,0 +1,290 @@
+"""Interlocking backpropagation: the training rules against the official code's hand-computed
+cases and against ``jax.grad``, the bad-input errors, and the schedule model against
+hand-computed timelines."""
+
+import json
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from lab.models.interlocking import Stack, char_transformer, resnet
+from lab.parallel import interlocking as schedule
+from lab.train import interlocking as il
+from tests.devices import run
+
+
+class Scale(eqx.Module):
+    """The official tests' ``_TestNet``: ``p * x``, elementwise."""
+
+    p: jax.Array
+
+    def __call__(self, x):
+        return self.p * x
+
+
+class Dense(eqx.Module):
+    linear: eqx.nn.Linear
+
+    def __init__(self, n_in, n_out, key):
+        self.linear = eqx.nn.Linear(n_in, n_out, key=key)
+
+    def __call__(self, x):
+        return jnp.tanh(self.linear(x))
+
+
+def fake_loss(logits, labels):
+    """The official tests' ``FakeLossFunction(0.1)``: every logit's gradient is 0.1."""
+    return 0.1 * logits.sum()
+
+
+def scales(ps, qs):
+    return Stack([Scale(jnp.array(p)) for p in ps], [Scale(jnp.array(q)) for q in qs])
+
+
+def one_sgd_step(stack, n, x, y):
+    """One step of rule ``n`` with SGD, learning rate 1 (parameters minus gradients)."""
+    optimizer = optax.sgd(1.0)
+    step = il.make_step(optimizer, n, fake_loss, il.cross_entropy)
+    stack, _, _ = step(stack, optimizer.init(eqx.filter(stack, eqx.is_inexact_array)), x, y)
+    return [np.asarray(c.p) for c in stack.components]
+
+
+X, Y = jnp.array([[1.0, 1.0]]), jnp.array([1])
+
+
+@pytest.mark.parametrize("n, expected", [
+    # local: components 1, 2 on their own heads' cross-entropy, 3 on the true loss
+    (1, [[1.5, 2.5], [2.0, 4.0], [3.4, 3.4]]),
+    # pairwise: 1 on head 2's loss through component 2; 2 and 3 on the true loss
+    (2, [[0.5, 3.5], [2.2, 2.2], [3.4, 3.4]]),
+])
+def test_rules_match_the_official_hand_computed_cases(n, expected):
+    stack = scales([[2.0, 2.0], [3.0, 3.0], [4.0, 4.0]], [[1.0, 1.0]] * 2)
+    for got, want in zip(one_sgd_step(stack, n, X, Y), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_global_matches_the_official_scalar_case():
+    # logits' gradient 0.1: 0.6, 0.8, 1.2 for components 3, 2, 1 (official e2e test)
+    stack = scales([[2.0], [3.0], [4.0]], [[1.0]] * 2)
+    got = one_sgd_step(stack, 3, jnp.array([[1.0, 0.0]]), Y)
+    np.testing.assert_allclose(np.concatenate(got), [0.8, 2.2, 3.4], rtol=1e-6)
+
+
+def test_three_wise_matches_the_official_distance_two_case():
+    # component 1 on head 3's loss through components 3 and 2; the others on the true loss
+    stack = scales([[2.0, 2.0], [3.0, 3.0], [4.0, 4.0], [5.0, 5.0]], [[1.0, 1.0]] * 3)
+    got = one_sgd_step(stack, 3, X, Y)
+    for g, want in zip(got, [[-4.0, 8.0], [-1.0, -1.0], [1.0, 1.0], [2.6, 2.6]], strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-6)
+
+
+def mlp_stack(key, widths=(5, 7, 6, 7, 3), classes=3):
+    keys = jax.random.split(key, 2 * len(widths))
+    components = [Dense(a, b, k) for a, b, k in zip(widths[:-1], widths[1:], keys, strict=False)]
+    heads = [eqx.nn.Linear(w, classes, key=k)
+             for w, k in zip(widths[1:-1], keys[len(widths):], strict=False)]
+    return Stack(components, heads)
+
+
+def batch(key, size=8, features=5, classes=3):
+    kx, ky = jax.random.split(key)
+    return jax.random.normal(kx, (size, features)), jax.random.randint(ky, (size,), 0, classes)
+
+
+def test_n_equal_to_components_is_global_backpropagation():
+    stack = mlp_stack(jax.random.key(0))
+    x, y = batch(jax.random.key(1))
+    grads, metrics = il.gradients(stack, x, y, 4, il.cross_entropy)
+
+    def full_loss(components):
+        return il.cross_entropy(jax.vmap(Stack(components, stack.heads))(x), y)
+
+    want = eqx.filter_grad(full_loss)(stack.components)
+    for g, w in zip(jax.tree.leaves(grads.components), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+    assert all(not np.any(np.asarray(h)) for h in jax.tree.leaves(grads.heads))  # unused
+    assert np.isnan(metrics.head_losses).all()
+    np.testing.assert_allclose(metrics.loss, full_loss(stack.components), rtol=1e-6)
+
+
+def test_local_trains_each_component_on_its_own_head_with_its_input_detached():
+    stack = mlp_stack(jax.random.key(2))
+    x, y = batch(jax.random.key(3))
+    grads, _ = il.gradients(stack, x, y, 1, il.cross_entropy)
+    inputs = [x]
+    for c in stack.components[:-1]:
+        inputs.append(jax.vmap(c)(inputs[-1]))
+    for k, component in enumerate(stack.components):
+        read = stack.heads[k] if k < 3 else (lambda v: v)
+
+        def own(c, k=k, read=read):
+            return il.cross_entropy(jax.vmap(lambda v: read(c(v)))(inputs[k]), y)
+
+        want = eqx.filter_grad(own)(component)
+        for g, w in zip(jax.tree.leaves(grads.components[k]), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+
+
+def test_heads_are_trained_on_detached_features_and_send_nothing_into_their_component():
+    stack = mlp_stack(jax.random.key(4))
+    x, y = batch(jax.random.key(5))
+    grads, _ = il.gradients(stack, x, y, 2, il.cross_entropy)
+    # pairwise: head 2 (index 1) is used (component 1 trains on it); head 1 is not
+    assert not any(np.any(np.asarray(h)) for h in jax.tree.leaves(grads.heads[0]))
+    # changing head 2's weights changes component 1's gradient (its target) but not
+    # component 2's (its own head's input is detached; it trains on head 3 through 3)
+    noise = jax.random.normal(jax.random.key(6), stack.heads[1].weight.shape)
+    bumped = eqx.tree_at(lambda s: s.heads[1].weight, stack, stack.heads[1].weight + noise)
+    other, _ = il.gradients(bumped, x, y, 2, il.cross_entropy)
+    assert not np.allclose(grads.components[0].linear.weight, other.components[0].linear.weight)
+    np.testing.assert_array_equal(grads.components[1].linear.weight,
+                                  other.components[1].linear.weight)
+
+
+def test_targets_and_named_rules():
+    assert il.targets(4, 1) == (0, 1, 2, 3)
+    assert il.targets(4, 2) == (1, 2, 3, 3)
+    assert il.targets(4, 3) == (2, 3, 3, 3)
+    assert il.targets(4, 4) == (3, 3, 3, 3)
+    assert [il.rule_n(r, 4) for r in il.RULES] == [4, 1, 2, 3]
+
+
+@pytest.mark.parametrize("n, message", [
+    (0, "n = 0 is outside 1 ... 4 (the number of components)"),
+    (5, "n = 5 is outside 1 ... 4 (the number of components)"),
+])
+def test_bad_n_is_refused_in_one_line(n, message):
+    with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)")
+                       ) as error:
+        il.check(mlp_stack(jax.random.key(0)), jnp.zeros(5), n)
+    assert "\n" not in str(error.value)
+
+
+def test_one_component_and_mismatched_heads_are_refused_before_compiling():
+    stack = mlp_stack(jax.random.key(0))
+    with pytest.raises(ValueError, match="^a model of 1 component cannot be trained in parts"):
+        il.check(Stack(stack.components[:1], []), jnp.zeros(5), 1)
+    with pytest.raises(ValueError, match="^2 heads do not match 4 components"):
+        il.check(Stack(stack.components, stack.heads[:2]), jnp.zeros(5), 2)
+    wrong = eqx.tree_at(lambda s: s.heads[1], stack, eqx.nn.Linear(4, 3, key=jax.random.key(9)))
+    with pytest.raises(ValueError, match=r"^head 2 does not take component 2's output \(6,\)"
+                       ) as error:
+        il.check(wrong, jnp.zeros(5), 2)
+    assert "\n" not in str(error.value)
+
+
+def test_resnet_and_transformer_stacks_pass_their_checks():
+    images = resnet(4, 4, key=jax.random.key(0))
+    il.check(images, jnp.zeros((28, 28, 1)), 2)
+    assert jax.eval_shape(images, jnp.zeros((28, 28, 1))).shape == (10,)
+    text = char_transformer(20, hidden=16, heads=2, length=8, key=jax.random.key(0))
+    il.check(text, jnp.zeros(8, jnp.int32), 3)
+    assert jax.eval_shape(text, jnp.zeros(8, jnp.int32)).shape == (8, 20)
+
+
+# the schedule model ------------------------------------------------------------------------
+
+def unit_times(components, **override):
+    ones = [1.0] * components
+    values = {"forward": ones, "head": ones, "input": ones, "params": ones, "full": ones,
+              "update": [0.0] * components} | override
+    return schedule.Times(**values)
+
+
+def test_schedule_two_devices_by_hand():
+    # local: each device runs forward, head, params back to back: 3 per batch
+    local = schedule.simulate(2, 1, unit_times(2), 6)
+    assert local.time_per_batch == 3.0
+    got = {(e.batch, e.op.component, e.op.label): (e.start, e.end) for e in local.events}
+    assert got[0, 1, "forward"] == (1.0, 2.0)  # waits for device 0's activations
+    assert got[1, 0, "forward"] == (3.0, 4.0)
+    # global: device 0 waits for the cotangent from device 1: forward 1, forward 2, loss,
+    # full pull-back, then device 0's params: the next batch starts at 5
+    full = schedule.simulate(2, 2, unit_times(2), 6)
+    got = {(e.batch, e.op.component, e.op.label): (e.start, e.end) for e in full.events}
+    assert [o.label for o in schedule.plan(2, 2)[0]] == ["forward", "params:1", "update"]
+    assert got[0, 1, "full:1"] == (3.0, 4.0)
+    assert got[0, 0, "params:1"] == (4.0, 5.0)
+    assert got[1, 0, "forward"] == (5.0, 6.0)
+    assert full.time_per_batch == 5.0
+
+
+def test_schedule_four_devices_pairwise_by_hand():
+    # forward 1, head 0.5, input 2, params 1.5, full 3, update 0.25 on every device
+    times = unit_times(4, head=[0.5] * 4, input=[2.0] * 4, params=[1.5] * 4, full=[3.0] * 4,
+                       update=[0.25] * 4)
+    assert [[o.label for o in d] for d in schedule.plan(4, 2)] == [
+        ["forward", "params:1", "update"],
+        ["forward", "head:1", "input:1", "params:2", "update"],
+        ["forward", "head:2", "input:2", "params:3", "update"],
+        ["forward", "head:3", "full:3", "update"]]
+    timeline = schedule.simulate(4, 2, times, 8)
+    got = {(e.batch, e.op.component, e.op.label): (e.start, e.end) for e in timeline.events}
+    # batch 0: forwards end at 1, 2, 3, 4; device 1: head 2-2.5, input 2.5-4.5
+    assert got[0, 1, "input:1"] == (2.5, 4.5)
+    assert got[0, 0, "params:1"] == (4.5, 6.0)  # waits for device 1's message
+    # device 2 waits for device 3 (forward 3-4, loss 4-4.5, full 4.5-7.5)
+    assert got[0, 2, "params:3"] == (7.5, 9.0)
+    # device 0's period: forward 1 + wait for device 1 (forward 1, head 0.5, input 2)
+    # + params 1.5 + update 0.25 = 6.25
+    assert got[1, 0, "forward"] == (6.25, 7.25)
+    # the slowest cycle paces the pipeline: device 2's forward, device 3's forward, loss and
+    # full pull-back, device 2's params and update: 1 + 1 + 0.5 + 3 + 1.5 + 0.25
+    assert timeline.time_per_batch == 7.25
+
+
+def test_schedule_orders_rules_by_how_far_they_wait():
+    times = unit_times(4, input=[2.0] * 4, params=[2.0] * 4, full=[3.0] * 4)
+    per_batch = [schedule.summary(4, n, times)["time_per_batch"] for n in (1, 2, 3, 4)]
+    assert per_batch == sorted(per_batch) and per_batch[0] < per_batch[-1]
+    assert schedule.summary(4, 1, times)["time_per_batch"] == 1 + 1 + 2  # forward, head, params
+
+
+PIPELINE_SCRIPT = """
+import json
+import equinox as eqx, jax, jax.numpy as jnp, numpy as np, optax
+from lab.models.interlocking import Stack
+from lab.parallel import interlocking as schedule
+from lab.parallel.interlocking_devices import run_pipeline
+from lab.train import interlocking as il
+from tests.test_interlocking import mlp_stack, batch
+
+facts = {}
+optimizer = optax.adam(0.01)
+batches = [tuple(np.asarray(a) for a in batch(jax.random.key(10 + b))) for b in range(5)]
+for n in (1, 2, 3, 4):
+    stack = mlp_stack(jax.random.key(0))
+    step = il.make_step(optimizer, n, il.cross_entropy)
+    state = optimizer.init(eqx.filter(stack, eqx.is_inexact_array))
+    want = stack
+    for x, y in batches:
+        want, state, _ = step(want, state, x, y)
+    got, timeline = run_pipeline(stack, n, batches, il.cross_entropy, None, optimizer)
+    error = max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(
+        jax.tree.leaves(eqx.filter(got, eqx.is_inexact_array)),
+        jax.tree.leaves(eqx.filter(want, eqx.is_inexact_array))))
+    devices = sorted({str(e.op.component) for e in timeline.events})
+    # the schedule model replays the measured durations: no op may start later than it did
+    durations = {(e.batch, e.op.component, e.op.label): e.end - e.start for e in timeline.events}
+    zero = schedule.Times(*([[0.0] * 4] * 6))
+    replay = schedule.simulate(4, n, zero, len(batches), durations).starts()
+    late = max(replay[key] - start for key, start in timeline.starts().items())
+    facts[n] = {"error": error, "events": len(timeline.events), "late": late,
+                "per_device": [sum(1 for e in timeline.events if e.op.component == k)
+                               for k in range(4)]}
+print(json.dumps(facts))
+"""
+
+
+def test_pipeline_on_four_devices_equals_the_jitted_steps_and_the_model_replays_it():
+    facts = json.loads(run(PIPELINE_SCRIPT, devices=4).splitlines()[-1])
+    for n in ("1", "2", "3", "4"):
+        assert facts[n]["error"] < 1e-5, facts
+        plan = schedule.plan(4, int(n))
+        assert facts[n]["per_device"] == [5 * len(d) for d in plan]
+        assert facts[n]["late"] <= 1e-9, facts  # the model's dependencies are the real ones
