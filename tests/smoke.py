@@ -39,10 +39,11 @@ SMOKE = {
     "10_automap": {"hidden": 64, "stack_layers": [1], "budget": 3, "seeds": 1,
                    "searchers": ["greedy", "mcts"], "regime_batch": [8], "regime_length": [32],
                    "regime_budgets": [1.0], "regime_compiles": 3, "exhaustive_limit": 0},
+    # 11: the pipeline check runs in benchmarks/interlocking.py's quick test
     "11_interlocking": {"rules": ["local", "pairwise"], "seeds": 1, "channels": 4,
                         "blocks": 1, "image_steps": 10, "image_batch": 8, "hidden": 16,
                         "length": 16, "text_batch": 4, "text_steps": 10, "eval_every": 5,
-                        "eval_examples": 16, "timing_repeats": 1, "pipeline_batches": 2},
+                        "eval_examples": 16, "timing_repeats": 1, "pipeline_batches": 0},
 }
 
 # Set in every test process (tests/conftest.py) before jax starts. Most XLA optimisations off

@@ -127,10 +127,23 @@ def test_notebook_runs_alike_through_the_runner_and_plain_papermill(path, tmp_pa
     assert plain.returncode == 0, plain.stderr[-2000:]
     executed = nbformat.read(out, as_version=4)
     assert any(cell.get("outputs") for cell in executed.cells)
-    # 06 measures against the wall-clock (rates, and returns after so many seconds): its
-    # metrics differ between two runs by design
-    if path.stem != "06_ga3c":
+    # 06 measures against the wall-clock (rates, and returns after so many seconds), 11's
+    # schedule model is fed with op times it measures: their metrics differ between runs
+    if path.stem not in ("06_ga3c", "11_interlocking"):
         assert untimed(first.metrics) == untimed(read_metrics(papermill_dir))
+
+
+def refused_before_any_kernel(notebook: str, params: list[str], message: str, tmp_path,
+                              capsys) -> None:
+    """``lab run notebook params`` exits with status 2 and one line naming ``message``,
+    and writes nothing."""
+    from lab.experiments.cli import main
+
+    out = tmp_path / "reports"
+    assert main(["run", str(ROOT / notebook), *params, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("params, message", [
@@ -229,14 +242,8 @@ def test_sac_ae_bad_values_fail_before_any_kernel_starts(tmp_path, params, messa
 ])
 def test_policy_improvement_bad_values_fail_before_any_kernel_starts(tmp_path, params, message,
                                                                      capsys):
-    from lab.experiments.cli import main
-
-    out = tmp_path / "reports"
-    nb = str(ROOT / "notebooks/04_policy_improvement.ipynb")
-    assert main(["run", nb, *params, "--out", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
-    assert not out.exists()
+    refused_before_any_kernel("notebooks/04_policy_improvement.ipynb", params, message, tmp_path,
+                              capsys)
 
 
 @pytest.mark.parametrize("params, message", [
@@ -262,14 +269,8 @@ def test_sweep_bad_values_fail_before_any_kernel_starts(tmp_path, params, messag
 ])
 def test_sequence_parallel_bad_values_fail_before_any_kernel_starts(tmp_path, params, message,
                                                                     capsys):
-    from lab.experiments.cli import main
-
-    out = tmp_path / "reports"
-    nb = str(ROOT / "notebooks/09_sequence_parallel.ipynb")
-    assert main(["run", nb, *params, "--out", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
-    assert not out.exists()
+    refused_before_any_kernel("notebooks/09_sequence_parallel.ipynb", params, message, tmp_path,
+                              capsys)
 
 
 @pytest.mark.parametrize("params, message", [
@@ -278,14 +279,8 @@ def test_sequence_parallel_bad_values_fail_before_any_kernel_starts(tmp_path, pa
     (["-p", "axes", '["pipeline"]'], "unknown mesh axis 'pipeline' in axes"),
 ])
 def test_automap_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
-    from lab.experiments.cli import main
-
-    out = tmp_path / "reports"
-    nb = str(ROOT / "notebooks/10_automap.ipynb")
-    assert main(["run", nb, *params, "--out", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
-    assert not out.exists()
+    refused_before_any_kernel("notebooks/10_automap.ipynb", params, message, tmp_path,
+                              capsys)
 
 
 @pytest.mark.parametrize("params, message", [
@@ -297,11 +292,5 @@ def test_automap_bad_values_fail_before_any_kernel_starts(tmp_path, params, mess
 ])
 def test_interlocking_bad_values_fail_before_any_kernel_starts(tmp_path, params, message,
                                                                capsys):
-    from lab.experiments.cli import main
-
-    out = tmp_path / "reports"
-    nb = str(ROOT / "notebooks/11_interlocking.ipynb")
-    assert main(["run", nb, *params, "--out", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
-    assert not out.exists()
+    refused_before_any_kernel("notebooks/11_interlocking.ipynb", params, message, tmp_path,
+                              capsys)

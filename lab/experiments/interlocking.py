@@ -392,16 +392,19 @@ def verdict(setup: Setup, studies: dict[str, dict], timing: dict[str, dict],
                 if "local" in per_batch else None
         m[f"{task_name}_global_time_over_local"] = per_batch["global"] / per_batch["local"] \
             if {"local", "global"} <= set(per_batch) else None
+        # holds: every interlocking rule; weakly: some of them, or a gap inside the noise
         fractions = [gaps["fractions"].get(r) for r in between]
         if not between or gaps["gap"] is None or gaps["gap"] <= 0:
             m[f"claim_accuracy_{task_name}"] = None  # no gap to recover
             m[f"accuracy_weakly_{task_name}"] = False
         else:
-            m[f"claim_accuracy_{task_name}"] = bool(all(f >= 0.5 for f in fractions))
-            m[f"accuracy_weakly_{task_name}"] = bool(gaps["gap"] <= gaps["noise"])
-        near = [closeness.get(r) for r in between]
-        m[f"claim_time_{task_name}"] = (None if not between or not closeness
-                                        else bool(all(c < 0.5 for c in near)))
+            recovered = [f >= 0.5 for f in fractions]
+            m[f"claim_accuracy_{task_name}"] = bool(any(recovered))
+            m[f"accuracy_weakly_{task_name}"] = bool(not all(recovered)
+                                                     or gaps["gap"] <= gaps["noise"])
+        near = [closeness.get(r) < 0.5 for r in between if r in closeness]
+        m[f"claim_time_{task_name}"] = None if not near else bool(any(near))
+        m[f"time_weakly_{task_name}"] = bool(near) and not all(near)
     m["pipeline"] = [{k: v for k, v in row.items() if k != "timeline"} for row in check]
     m["claim_pipeline_exact"] = (None if not check else
                                  bool(all(row["param_error"] < 1e-5 for row in check)))
@@ -433,16 +436,19 @@ def summary(m: dict[str, Any], setup: Setup) -> dict[str, Any]:
     for task_name in setup.tasks:
         claims.append(Claim(
             f"recovers_accuracy_{task_name}",
-            f"Interlocking (n-wise, 1 < n < K) recovers most of the gap between local and global "
-            f"learning: {what[task_name]}",
+            f"Interlocking (n-wise, 1 < n < K) recovers most (half or more) of the gap between "
+            f"local and global learning (weakly: only some n, or a gap inside the seed noise): "
+            f"{what[task_name]}",
             verdict_of(m[f"claim_accuracy_{task_name}"],
                        weakly=m[f"accuracy_weakly_{task_name}"]),
             _numbers(m, task_name, setup, "accuracy")))
         claims.append(Claim(
             f"near_local_time_{task_name}",
             f"Interlocking's time per batch on 4 pipelined devices (schedule model, measured op "
-            f"times) is much closer to local than to global learning: {what[task_name]}",
-            verdict_of(m[f"claim_time_{task_name}"]), _numbers(m, task_name, setup, "time")))
+            f"times) is closer to local than to global learning (weakly: only some n): "
+            f"{what[task_name]}",
+            verdict_of(m[f"claim_time_{task_name}"], weakly=m[f"time_weakly_{task_name}"]),
+            _numbers(m, task_name, setup, "time")))
     headline = [k for k in m if k.endswith(("_gap_fraction", "_time_over_local"))
                 and m[k] is not None]
     return claims_summary(

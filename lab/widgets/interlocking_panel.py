@@ -98,7 +98,7 @@ def interlocking_panel(params: dict[str, Any], timing: dict[str, dict] | None = 
         metric.clear()
         chunks = values["steps"] // setup.eval_every
         for i in range(chunks):
-            state, _ = chunk(t.data, state, jax.random.fold_in(keys[1:], i))
+            state, _ = chunk(t.data, state, jax.vmap(jax.random.fold_in, (0, None))(keys[1:], i))
             steps.append((i + 1) * setup.eval_every)
             metric.append(float(np.asarray(measure(t.data, state[0])[t.metric])[0]))
             data = {"runs": {k.split(": ", 1)[1]: v for k, v in runs.items()
