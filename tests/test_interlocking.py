@@ -171,6 +171,9 @@ def test_one_component_and_mismatched_heads_are_refused_before_compiling():
         il.check(Stack(stack.components[:1], []), jnp.zeros(5), 1)
     with pytest.raises(ValueError, match="^2 heads do not match 4 components"):
         il.check(Stack(stack.components, stack.heads[:2]), jnp.zeros(5), 2)
+    with pytest.raises(ValueError, match="^2 heads do not match 4 components"):  # tracing
+        il.make_step(optax.sgd(1.0), 2, il.cross_entropy)(
+            Stack(stack.components, stack.heads[:2]), None, jnp.zeros((1, 5)), jnp.zeros(1))
     wrong = eqx.tree_at(lambda s: s.heads[1], stack, eqx.nn.Linear(4, 3, key=jax.random.key(9)))
     with pytest.raises(ValueError, match=r"^head 2 does not take component 2's output \(6,\)"
                        ) as error:

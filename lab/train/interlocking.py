@@ -79,14 +79,20 @@ def check_n(components: int, n: int) -> None:
                          f"n = 1 is local learning, n = {components} global")
 
 
-def check(stack: Stack, example: jax.Array, n: int) -> None:
-    """One-line ValueErrors for a stack that cannot be trained with ``n``, from shapes only
-    (``jax.eval_shape``: nothing is compiled)."""
+def check_structure(stack: Stack, n: int) -> None:
+    """One-line ValueErrors for ``n`` outside ``1 ... K``, one component, or a number of
+    heads other than ``K - 1`` (``gradients`` checks this while tracing, before compiling)."""
     k = len(stack.components)
     check_n(k, n)
     if len(stack.heads) != k - 1:
         raise ValueError(f"{len(stack.heads)} heads do not match {k} components; give one "
                          f"head per component but the last ({k - 1})")
+
+
+def check(stack: Stack, example: jax.Array, n: int) -> None:
+    """One-line ValueErrors for a stack that cannot be trained with ``n``, from shapes only
+    (``jax.eval_shape``: nothing is compiled)."""
+    check_structure(stack, n)
     h = jax.ShapeDtypeStruct(jnp.shape(example), jnp.asarray(example).dtype)
     for i, (component, head) in enumerate(zip(stack.components, stack.heads, strict=False)):
         try:
@@ -110,6 +116,7 @@ def gradients(stack: Stack, x: jax.Array, y: jax.Array, n: int, loss: Loss,
               head_loss: Loss | None = None) -> tuple[Stack, Metrics]:
     """The n-wise gradients of every parameter of ``stack`` on the batch ``(x, y)`` (see the
     module docstring), as a pytree shaped like ``eqx.filter(stack, eqx.is_inexact_array)``."""
+    check_structure(stack, n)
     head_loss = loss if head_loss is None else head_loss
     count = len(stack.components)
     target = targets(count, n)
