@@ -14,6 +14,7 @@ The studies of notebook 11, each a function of a ``Setup`` (the notebook's param
 """
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -209,7 +210,10 @@ def text(setup: Setup) -> Task:
                                                    "vocabulary": vocab})
 
 
+@functools.lru_cache(maxsize=4)
 def task(setup: Setup, name: str) -> Task:
+    """The task ``name``, built once per setup (training, timings and the pipeline check
+    share its data on the device)."""
     return images(setup) if name == "images" else text(setup)
 
 
