@@ -51,14 +51,6 @@ class Stack(eqx.Module):
             x = component(x)
         return x
 
-    def activations(self, x: jax.Array) -> list[jax.Array]:
-        """``[h_1, ..., h_K]`` for one example."""
-        out = []
-        for component in self.components:
-            x = component(x)
-            out.append(x)
-        return out
-
 
 # the ResNet --------------------------------------------------------------------------------
 

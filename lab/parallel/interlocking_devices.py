@@ -19,6 +19,7 @@ schedule's waits, not a speed-up.
 """
 
 import dataclasses
+import functools
 import queue
 import threading
 import time
@@ -31,7 +32,7 @@ import optax
 
 from lab.models.interlocking import Stack
 from lab.parallel.interlocking import Event, Timeline, Times, plan
-from lab.train.interlocking import Loss
+from lab.train.interlocking import Loss, head_gradients
 
 
 class Stopped(Exception):
@@ -55,15 +56,7 @@ class ComponentOps:
         loss, head_loss, optimizer = self.loss, self.head_loss, self.optimizer
         self.forward = eqx.filter_jit(_vjp_forward)
 
-        @eqx.filter_jit
-        def head(head_module, h, y):
-            def of_head(pair):
-                module, v = pair
-                return head_loss(jax.vmap(module)(v), y)
-            value, (grads, cotangent) = eqx.filter_value_and_grad(of_head)((head_module, h))
-            return value, grads, cotangent
-
-        self.head = head
+        self.head = eqx.filter_jit(functools.partial(head_gradients, head_loss))
         self.true_loss = eqx.filter_jit(jax.value_and_grad(loss))
         self.input = eqx.filter_jit(lambda vjp, c: vjp(c)[1])
         self.params = eqx.filter_jit(lambda vjp, c: vjp(c)[0])

@@ -107,6 +107,17 @@ def check(stack: Stack, example: jax.Array, n: int) -> None:
                              f"{h.shape}: {str(error).splitlines()[0]}") from None
 
 
+def head_gradients(head_loss: Loss, head, h: jax.Array, y: jax.Array):
+    """``(loss, head gradients, cotangent on h)`` of ``head_loss(vmap(head)(h), y)``: what
+    a head trained on ``h`` sends back (used as a message; never into its own component)."""
+    def of_head(pair):
+        module, v = pair
+        return head_loss(jax.vmap(module)(v), y)
+
+    value, (grads, cotangent) = eqx.filter_value_and_grad(of_head)((head, h))
+    return value, grads, cotangent
+
+
 class Metrics(NamedTuple):
     loss: jax.Array  # the true loss L_K of the batch
     head_losses: jax.Array  # (K - 1,) each used head's loss; nan where no one uses it
@@ -133,12 +144,7 @@ def gradients(stack: Stack, x: jax.Array, y: jax.Array, n: int, loss: Loss,
         if t == count - 1:  # the true loss: every rule trains the last component on it
             true_loss, cotangent[t] = jax.value_and_grad(loss)(h_t, y)
         else:
-            def of_head(pair):
-                head, v = pair
-                return head_loss(jax.vmap(head)(v), y)
-
-            value, (head_grads[t], cotangent[t]) = eqx.filter_value_and_grad(of_head)(
-                (stack.heads[t], h_t))
+            value, head_grads[t], cotangent[t] = head_gradients(head_loss, stack.heads[t], h_t, y)
             head_values = head_values.at[t].set(value)
 
     grads: list = [None] * count
