@@ -44,6 +44,13 @@ SMOKE = {
                         "blocks": 1, "image_steps": 10, "image_batch": 8, "hidden": 16,
                         "length": 16, "text_batch": 4, "text_steps": 10, "eval_every": 5,
                         "eval_examples": 16, "timing_repeats": 1, "pipeline_batches": 0},
+    # 12: the shallow variant's compile is left to tests/test_pixelcnn.py
+    "12_pixelcnn": {"models": ["sequential", "multiscale"], "seeds": 1, "steps": 2,
+                    "eval_every": 2, "eval_examples": 8, "batch": 4,
+                    "channels": 8, "layers": 2, "base": 16, "base_channels": 8,
+                    "base_layers": 1, "group_channels": 8, "group_blocks": 1,
+                    "timing_sizes": [16, 32], "timing_batch": 2, "timing_steps": 16,
+                    "samples": 2},
 }
 
 # Set in every test process (tests/conftest.py) before jax starts. Most XLA optimisations off

@@ -45,6 +45,10 @@ HEADLINE = {
     "11_interlocking": {"images_final", "text_final", "images_time_per_batch",
                         "text_time_per_batch", "images_pairwise_gap_fraction",
                         "text_pairwise_time_over_local", "pipeline", "claim_pipeline_exact"},
+    "12_pixelcnn": {"sequential_bits_per_dim", "multiscale_bits_per_dim",
+                    "multiscale_gap_relative", "sampling_seconds", "evaluations",
+                    "multiscale_speedup", "evaluations_match_formula", "sequential_parameters",
+                    "multiscale_parameters"},
 }
 
 
@@ -65,7 +69,9 @@ CLAIMS = {"00_quickstart": [],
                                    "crossover_sign", "larger_than_tensor", "linear_in_devices"],
           "10_automap": ["block_optimum", "search_recovers", "less_than_heuristic", "exact"],
           "11_interlocking": ["recovers_accuracy_images", "near_local_time_images",
-                              "recovers_accuracy_text", "near_local_time_text"]}
+                              "recovers_accuracy_text", "near_local_time_text"],
+          "12_pixelcnn": ["nll_close_multiscale", "orders_faster_multiscale",
+                          "ratio_grows_multiscale"]}
 
 
 def test_every_notebook_has_smoke_parameters():
@@ -128,8 +134,9 @@ def test_notebook_runs_alike_through_the_runner_and_plain_papermill(path, tmp_pa
     executed = nbformat.read(out, as_version=4)
     assert any(cell.get("outputs") for cell in executed.cells)
     # 06 measures against the wall-clock (rates, and returns after so many seconds), 11's
-    # schedule model is fed with op times it measures: their metrics differ between runs
-    if path.stem not in ("06_ga3c", "11_interlocking"):
+    # schedule model is fed with op times it measures, 12 times its samplers: their metrics
+    # differ between runs
+    if path.stem not in ("06_ga3c", "11_interlocking", "12_pixelcnn"):
         assert untimed(first.metrics) == untimed(read_metrics(papermill_dir))
 
 
@@ -294,3 +301,14 @@ def test_interlocking_bad_values_fail_before_any_kernel_starts(tmp_path, params,
                                                                capsys):
     refused_before_any_kernel("notebooks/11_interlocking.ipynb", params, message, tmp_path,
                               capsys)
+
+
+@pytest.mark.parametrize("params, message", [
+    (["-p", "base", "3"], "image size 32 is not the base size 3 times a power of 2"),
+    (["-p", "timing_sizes", "[16, 48]"], "image size 48 is not the base size 4 times a power"),
+    (["-p", "levels", "16"], "levels 16 is not a bit depth the models are built for; use 2"),
+    (["-p", "dataset", "cifar10"], "unknown dataset 'cifar10'; choose one of fashion_mnist"),
+    (["-p", "models", '["pixelrnn"]'], "unknown model 'pixelrnn'; choose from sequential"),
+])
+def test_pixelcnn_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
+    refused_before_any_kernel("notebooks/12_pixelcnn.ipynb", params, message, tmp_path, capsys)

@@ -24,15 +24,16 @@ import jax.numpy as jnp
 def conv2d(x: jax.Array, weight: jax.Array, stride: int = 1) -> jax.Array:
     """VALID cross-correlation: ``out[i, j] = sum_{a, b} x[s i + a, s j + b] @ weight[a, b]``.
 
-    ``x`` ``(H, W, C_in)``, ``weight`` ``(K, K, C_in, C_out)`` -> ``(H', W', C_out)`` with
-    ``H' = (H - K) // s + 1``. Equal to ``lax.conv_general_dilated`` with NHWC / HWIO.
+    ``x`` ``(H, W, C_in)``, ``weight`` ``(K_h, K_w, C_in, C_out)`` -> ``(H', W', C_out)``
+    with ``H' = (H - K_h) // s + 1`` (kernels may be rectangular: PixelCNN's stacks). Equal
+    to ``lax.conv_general_dilated`` with NHWC / HWIO.
     """
-    k, _, c_in, c_out = weight.shape
-    h, w = (x.shape[0] - k) // stride + 1, (x.shape[1] - k) // stride + 1
+    k_h, k_w, c_in, c_out = weight.shape
+    h, w = (x.shape[0] - k_h) // stride + 1, (x.shape[1] - k_w) // stride + 1
     patches = jnp.concatenate(
         [x[a:a + stride * (h - 1) + 1:stride, b:b + stride * (w - 1) + 1:stride]
-         for a in range(k) for b in range(k)], axis=-1)  # (H', W', K K C_in), tap-major
-    return patches @ weight.reshape(k * k * c_in, c_out)
+         for a in range(k_h) for b in range(k_w)], axis=-1)  # (H', W', K_h K_w C_in), tap-major
+    return patches @ weight.reshape(k_h * k_w * c_in, c_out)
 
 
 def conv_transpose2d(x: jax.Array, weight: jax.Array, stride: int = 1,

@@ -1,0 +1,425 @@
+"""The parallel multiscale PixelCNN (arXiv 1703.03664) against a sequential gated PixelCNN.
+
+The studies of notebook 12, each a function of a ``Setup`` (the notebook's parameters):
+
+1. ``train_models``: each model (``sequential``, ``multiscale``, ``shallow``: multiscale with
+   shallow within-group PixelCNNs) trained over seeds on 32x32 images (28x28 Fashion-MNIST
+   or MNIST digits padded by 2), binarised at 0.5 (Bernoulli pixels) or 8-bit (a 256-way
+   softmax); the test negative log-likelihood in nats per image and bits per dimension.
+2. ``sampling_times``: seconds to sample a batch, and network evaluations, at each
+   resolution for each model (untrained weights: the cost does not depend on them). The
+   sequential sampler at large sizes is timed over its first ``timing_steps`` pixels and
+   scaled by ``pixels / timing_steps``: every one of its steps is the same full network
+   evaluation on the same canvas shape, so its time is linear in the pixels sampled.
+3. ``sample_grid``: samples from each trained model (seed 0).
+"""
+
+import dataclasses
+import functools
+import time
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from lab.data import load
+from lab.experiments.claims import Claim, plural, verdict_of
+from lab.experiments.claims import summary as claims_summary
+from lab.models.pixelcnn import (
+    GatedPixelCNN,
+    MultiscalePixelCNN,
+    check_levels,
+    doublings,
+    evaluations,
+    parameter_count,
+)
+from lab.train import pixelcnn as train
+
+SIZE = 32  # the training images: 28x28 padded by 2 on each side
+DATASETS = ("fashion_mnist", "mnist_5k")
+LEVELS = (2, 256)
+MODELS = ("sequential", "multiscale", "shallow")
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    # 3000 steps, every test image, the larger sampling sizes timed further: about 40 minutes
+    "claim": {"steps": 3000, "eval_every": 500, "eval_examples": 10000,
+              "timing_steps": 2048},
+    # 8-bit Fashion-MNIST with a 256-way softmax per pixel
+    "eight_bit": {"levels": 256, "steps": 1000, "eval_every": 250},
+}
+PARAMETERS = ("preset", "dataset", "levels", "models", "seeds", "steps", "batch", "lr",
+              "eval_every", "eval_examples", "channels", "layers", "base", "base_channels",
+              "base_layers", "group_channels", "group_blocks", "timing_sizes", "timing_batch",
+              "timing_steps", "samples", "seed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """The notebook's parameters, validated."""
+
+    dataset: str  # fashion_mnist (60,000 / 10,000) or mnist_5k (4,000 / 1,000)
+    levels: int  # 2 (binarised at 0.5, Bernoulli) or 256 (8-bit, 256-way softmax)
+    models: tuple[str, ...]  # of MODELS
+    seeds: int
+    steps: int
+    batch: int
+    lr: float  # Adam
+    eval_every: int
+    eval_examples: int  # test images per evaluation (at most all of them)
+    channels: int  # the sequential PixelCNN's width
+    layers: int  # and its gated layers
+    base: int  # the multiscale model's base size: 32 = base * 2**k
+    base_channels: int  # its base PixelCNN's width
+    base_layers: int
+    group_channels: int  # its group networks' width
+    group_blocks: int  # residual blocks per group network
+    timing_sizes: tuple[int, ...]  # resolutions the sampling is timed at
+    timing_batch: int  # images per timed batch
+    timing_steps: int  # sequential pixels timed per size at most (the rest scaled)
+    samples: int  # images per model in the sample grids
+    seed: int
+
+    @property
+    def scales(self) -> int:
+        return doublings(SIZE, self.base)
+
+
+def configure(**params: Any) -> Setup:
+    """The notebook's parameters as a ``Setup``; a one-line ValueError naming a bad value,
+    before anything is compiled."""
+    preset = params.get("preset", "default")
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = params | PRESETS[preset]
+    if p["dataset"] not in DATASETS:
+        raise ValueError(f"unknown dataset {p['dataset']!r}; choose one of {', '.join(DATASETS)}")
+    if p["levels"] not in LEVELS:
+        raise ValueError(f"levels {p['levels']} is not a bit depth the models are built for; "
+                         "use 2 (binarised) or 256 (8-bit)")
+    if not p["models"]:
+        raise ValueError(f"models is empty; give some of {', '.join(MODELS)}")
+    for model in p["models"]:
+        if model not in MODELS:
+            raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
+    for name in ("seeds", "batch", "eval_every", "eval_examples", "channels", "layers",
+                 "base_channels", "base_layers", "group_channels", "group_blocks",
+                 "timing_batch", "timing_steps", "samples"):
+        if p[name] < 1:
+            raise ValueError(f"{name} must be at least 1, got {p[name]}")
+    if p["steps"] < p["eval_every"] or p["steps"] % p["eval_every"]:
+        raise ValueError(f"steps {p['steps']} must be a positive multiple of eval_every "
+                         f"{p['eval_every']}")
+    if p["lr"] <= 0:
+        raise ValueError(f"lr must be positive, got {p['lr']}")
+    doublings(SIZE, p["base"])
+    for size in p["timing_sizes"]:
+        doublings(size, p["base"])
+    return Setup(p["dataset"], p["levels"], tuple(p["models"]), p["seeds"], p["steps"],
+                 p["batch"], float(p["lr"]), p["eval_every"], p["eval_examples"],
+                 p["channels"], p["layers"], p["base"], p["base_channels"], p["base_layers"],
+                 p["group_channels"], p["group_blocks"], tuple(p["timing_sizes"]),
+                 p["timing_batch"], p["timing_steps"], p["samples"], p["seed"])
+
+
+# data and models -----------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=4)
+def images(dataset: str, split: str, levels: int) -> np.ndarray:
+    """``(N, 32, 32)`` int32 levels: the 28x28 images padded by 2 with background, binarised
+    at 0.5 (``levels`` 2) or rounded to 8 bits (256)."""
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
+    x, _ = load(dataset, split)
+    x = np.pad(x, ((0, 0), (2, 2), (2, 2)))
+    out = (x >= 0.5) if levels == 2 else np.round(x * 255)
+    return out.astype(np.int32)
+
+
+def build(setup: Setup, kind: str, size: int, key: jax.Array) -> eqx.Module:
+    """Model ``kind`` for ``size x size`` images with the setup's widths."""
+    if kind == "sequential":
+        return GatedPixelCNN(setup.levels, setup.channels, setup.layers, key=key)
+    return MultiscalePixelCNN(size, setup.base, setup.levels, base_channels=setup.base_channels,
+                              base_layers=setup.base_layers, channels=setup.group_channels,
+                              blocks=setup.group_blocks, shallow=kind == "shallow", key=key)
+
+
+def stacked(models: list) -> eqx.Module:
+    """Models of one structure stacked along a leading (seed) axis."""
+    return jax.tree.map(lambda *a: jnp.stack(a), *models)
+
+
+def unstacked(models: eqx.Module, index: int) -> eqx.Module:
+    return jax.tree.map(lambda a: a[index] if eqx.is_array(a) else a, models)
+
+
+# 1. likelihood -------------------------------------------------------------------------------
+
+def train_model(setup: Setup, kind: str, train_x: jax.Array, test_x: jax.Array,
+                on_eval=None) -> dict[str, Any]:
+    """Every seed of model ``kind`` (``jax.vmap`` over seeds, ``eval_every`` steps per
+    compiled call): the training loss per step, the test NLL at each evaluation and the
+    final one, in nats per image and bits per dimension; the trained models."""
+    keys = jax.random.split(jax.random.key(setup.seed), setup.seeds)
+    models = stacked([build(setup, kind, SIZE, k) for k in keys])  # eager: fast to compile
+    start, run, measure = train.make_train(optax.adam(setup.lr), setup.batch, setup.eval_every)
+    state = start(models)
+    step_keys = jax.random.split(jax.random.key(setup.seed + 1), setup.seeds)
+    losses, tests, steps = [], [], []
+    begin = time.perf_counter()
+    for i in range(setup.steps // setup.eval_every):
+        state, loss = run(state, train_x, jax.vmap(jax.random.fold_in, (0, None))(step_keys, i))
+        losses.append(np.asarray(loss))
+        tests.append(np.asarray(measure(state, test_x)))
+        steps.append((i + 1) * setup.eval_every)
+        if on_eval is not None:
+            on_eval(kind, steps[-1], tests[-1])
+    seconds = time.perf_counter() - begin
+    pixels = SIZE * SIZE
+    final = tests[-1]
+    return {"model": kind, "parameters": parameter_count(build(setup, kind, SIZE, keys[0])),
+            "steps": steps, "train_loss": np.concatenate(losses, 1).tolist(),
+            "test_nats": np.stack(tests, 1).tolist(), "final_nats": final.tolist(),
+            "final_bits_per_dim": [train.bits_per_dim(v, pixels) for v in final.tolist()],
+            "seconds": seconds, "models": state.model}
+
+
+def train_models(setup: Setup, on_eval=None) -> dict[str, Any]:
+    """Each model of ``setup.models`` on the setup's data; ``on_eval(kind, step, nats)``
+    sees each evaluation."""
+    train_x = images(setup.dataset, "train", setup.levels)
+    test_x = images(setup.dataset, "test", setup.levels)[:setup.eval_examples]
+    check_levels(jnp.asarray(train_x), setup.levels)
+    runs = {kind: train_model(setup, kind, jnp.asarray(train_x), jnp.asarray(test_x), on_eval)
+            for kind in setup.models}
+    return {"dataset": setup.dataset, "levels": setup.levels, "train": int(len(train_x)),
+            "test": int(len(test_x)), "runs": runs}
+
+
+# 2. sampling cost ----------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=16)
+def _sequential_sampler(size: int, steps: int):
+    def sample(model, keys):
+        canvas = jnp.zeros((size, size), jnp.int32)
+        images, deep = jax.vmap(
+            lambda k: train.sample_sequential(model, k, canvas, 0, steps))(keys)
+        return images, deep, jnp.zeros_like(deep)
+    return eqx.filter_jit(sample)
+
+
+@functools.lru_cache(maxsize=16)
+def _multiscale_sampler(size: int):
+    def sample(model, keys):
+        out = jax.vmap(lambda k: train.sample_multiscale(model, k))(keys)
+        return out.image, out.deep, out.shallow
+    return eqx.filter_jit(sample)
+
+
+def sampler(model: eqx.Module, size: int, steps: int | None = None):
+    """A jitted ``(model, keys) -> (images, deep, shallow)`` drawing one image per key (the
+    evaluations counted per image); a sequential one stops after ``steps`` pixels."""
+    if isinstance(model, GatedPixelCNN):
+        return _sequential_sampler(size, size * size if steps is None else steps)
+    return _multiscale_sampler(size)
+
+
+def time_sampling(model: eqx.Module, size: int, batch: int, max_steps: int,
+                  key: jax.Array, repeats: int = 1) -> dict[str, Any]:
+    """Seconds to sample ``batch`` images of ``size x size`` (compiled first, best of
+    ``repeats``) and the evaluations counted per image. The sequential sampler runs its first
+    ``min(size**2, max_steps)`` pixels, and its seconds and count are scaled to all of them
+    (``extrapolated``)."""
+    keys = jax.random.split(key, batch)
+    pixels = size * size
+    steps = min(pixels, max_steps) if isinstance(model, GatedPixelCNN) else pixels
+    run = sampler(model, size, steps)
+    _, deep, shallow = jax.block_until_ready(run(model, keys))  # compiles
+    best = np.inf
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        jax.block_until_ready(run(model, keys))
+        best = min(best, time.perf_counter() - begin)
+    return {"seconds": best * pixels / steps, "measured_pixels": steps,
+            "extrapolated": steps < pixels, "deep": int(deep[0]) * pixels // steps,
+            "shallow": int(shallow[0])}
+
+
+def sampling_times(setup: Setup, on_size=None) -> dict[str, Any]:
+    """Per model and resolution: seconds per batch of ``timing_batch`` images, images per
+    second, evaluations counted and by the formula (untrained weights)."""
+    key = jax.random.key(setup.seed)
+    out: dict[str, Any] = {kind: {} for kind in setup.models}
+    for size in setup.timing_sizes:
+        for kind in setup.models:
+            model = build(setup, kind, size, key)
+            row = time_sampling(model, size, setup.timing_batch, setup.timing_steps, key)
+            formula = evaluations(size, None if kind == "sequential" else setup.base,
+                                  kind == "shallow")
+            out[kind][size] = row | {"formula_deep": formula["deep"],
+                                     "formula_shallow": formula["shallow"],
+                                     "images_per_second": setup.timing_batch / row["seconds"]}
+        if on_size is not None:
+            on_size(size, {kind: out[kind][size] for kind in setup.models})
+    return out
+
+
+# 3. samples ----------------------------------------------------------------------------------
+
+def sample_grid(setup: Setup, study: dict[str, Any]) -> dict[str, np.ndarray]:
+    """``samples`` images from each trained model (seed 0)."""
+    key = jax.random.key(setup.seed + 2)
+    out = {}
+    for kind, run in study["runs"].items():
+        model = unstacked(run["models"], 0)
+        images_, _, _ = sampler(model, SIZE)(model, jax.random.split(key, setup.samples))
+        out[kind] = np.asarray(images_)
+    return out
+
+
+# the verdict ---------------------------------------------------------------------------------
+
+NLL_CLOSE = 0.05  # "close": within 5% of the sequential model's bits per dimension (10%: weakly)
+ORDERS = 100.0  # "orders of magnitude": 100x or more at the largest size (10x: weakly)
+
+
+def growth(sizes: list[int], ratios: list[float]) -> dict[str, float | None]:
+    """How a sampling-time ratio grows with the pixel count ``N = size**2``: the log-log
+    slopes of the ratio against ``N`` and against ``N / log N`` (1: exactly that growth)."""
+    if len(sizes) < 2:
+        return {"slope_vs_n": None, "slope_vs_n_over_log_n": None}
+    n = np.asarray(sizes, float) ** 2
+    log_ratio = np.log(np.asarray(ratios, float))
+    return {"slope_vs_n": float(np.polyfit(np.log(n), log_ratio, 1)[0]),
+            "slope_vs_n_over_log_n": float(np.polyfit(np.log(n / np.log(n)), log_ratio, 1)[0])}
+
+
+def verdict(setup: Setup, study: dict[str, Any], timing: dict[str, Any]) -> dict[str, Any]:
+    """Every metric of the run and the claims' booleans (None: not testable)."""
+    runs = study["runs"]
+    m: dict[str, Any] = {"dataset": study["dataset"], "levels": study["levels"],
+                         "train_images": study["train"], "test_images": study["test"],
+                         "size": SIZE, "base": setup.base}
+    for kind, run in runs.items():
+        m[f"{kind}_parameters"] = run["parameters"]
+        m[f"{kind}_test_nats"] = {"seeds": run["final_nats"],
+                                  "mean": float(np.mean(run["final_nats"])),
+                                  "std": float(np.std(run["final_nats"]))}
+        m[f"{kind}_bits_per_dim"] = float(np.mean(run["final_bits_per_dim"]))
+        m[f"{kind}_train_seconds"] = run["seconds"]
+    for kind in ("multiscale", "shallow"):
+        if kind in runs and "sequential" in runs:
+            gap = m[f"{kind}_bits_per_dim"] - m["sequential_bits_per_dim"]
+            relative = gap / m["sequential_bits_per_dim"]
+            m[f"{kind}_gap_bits_per_dim"] = gap
+            m[f"{kind}_gap_nats"] = (m[f"{kind}_test_nats"]["mean"]
+                                     - m["sequential_test_nats"]["mean"])
+            m[f"{kind}_gap_relative"] = relative
+            m[f"claim_nll_close_{kind}"] = bool(relative <= 2 * NLL_CLOSE)
+            m[f"nll_weakly_{kind}"] = bool(relative > NLL_CLOSE)
+    sizes = list(setup.timing_sizes)
+    m["timing_sizes"] = sizes
+    m["sampling_seconds"] = {kind: {str(s): timing[kind][s]["seconds"] for s in sizes}
+                             for kind in timing}
+    m["sampling_extrapolated"] = {kind: {str(s): timing[kind][s]["extrapolated"] for s in sizes}
+                                  for kind in timing}
+    m["evaluations"] = {kind: {str(s): {"deep": timing[kind][s]["deep"],
+                                        "shallow": timing[kind][s]["shallow"]} for s in sizes}
+                        for kind in timing}
+    m["evaluations_match_formula"] = bool(all(
+        row["deep"] == row["formula_deep"] and row["shallow"] == row["formula_shallow"]
+        for kind in timing for row in timing[kind].values()))
+    for kind in ("multiscale", "shallow"):
+        if kind not in timing or "sequential" not in timing:
+            continue
+        ratios = [timing["sequential"][s]["seconds"] / timing[kind][s]["seconds"] for s in sizes]
+        m[f"{kind}_speedup"] = dict(zip(map(str, sizes), ratios, strict=True))
+        m[f"{kind}_evaluation_ratio"] = {str(s): timing["sequential"][s]["deep"]
+                                         / timing[kind][s]["deep"] for s in sizes}
+        m[f"{kind}_speedup_growth"] = growth(sizes, ratios)
+        m[f"claim_orders_faster_{kind}"] = bool(ratios[-1] >= ORDERS / 10)
+        m[f"orders_weakly_{kind}"] = bool(ratios[-1] < ORDERS)
+        slope = m[f"{kind}_speedup_growth"]["slope_vs_n_over_log_n"]
+        increasing = bool(np.all(np.diff(ratios) > 0))
+        m[f"claim_ratio_grows_{kind}"] = None if slope is None else bool(increasing)
+        m[f"growth_weakly_{kind}"] = bool(slope is not None and slope < 0.8)
+    return m
+
+
+def _nll_numbers(m: dict, kind: str) -> dict[str, Any]:
+    return {"sequential (bits/dim)": m["sequential_bits_per_dim"],
+            f"{kind} (bits/dim)": m[f"{kind}_bits_per_dim"],
+            "sequential (nats/image)": m["sequential_test_nats"]["mean"],
+            f"{kind} (nats/image)": m[f"{kind}_test_nats"]["mean"],
+            "gap relative to sequential": m[f"{kind}_gap_relative"],
+            "parameters (sequential, " + kind + ")": f"{m['sequential_parameters']:,}, "
+                                                     f"{m[f'{kind}_parameters']:,}"}
+
+
+def _speed_numbers(m: dict, kind: str) -> dict[str, Any]:
+    out = {f"{s}x{s}: sequential / {kind} seconds": v
+           for s, v in m[f"{kind}_speedup"].items()}
+    out |= {f"{s}x{s}: evaluations ratio": v
+            for s, v in m[f"{kind}_evaluation_ratio"].items()}
+    out |= {f"log-log slope vs {k.removeprefix('slope_vs_').replace('_', ' ')}": v
+            for k, v in m[f"{kind}_speedup_growth"].items()}
+    return out
+
+
+def summary(m: dict[str, Any], setup: Setup) -> dict[str, Any]:
+    """The claims, study and headline for ``record``."""
+    claims = []
+    for kind in ("multiscale", "shallow"):
+        if f"claim_nll_close_{kind}" in m:
+            claims.append(Claim(
+                f"nll_close_{kind}",
+                f"The {kind} model's test NLL is close to the sequential PixelCNN's: within 5% "
+                f"of its bits per dimension (weakly: within 10%); the paper's ImageNet 64x64 "
+                f"gap is 3.70 against 3.57 bits/dim, 3.6%",
+                verdict_of(m[f"claim_nll_close_{kind}"], weakly=m[f"nll_weakly_{kind}"]),
+                _nll_numbers(m, kind)))
+        if f"claim_orders_faster_{kind}" in m:
+            claims.append(Claim(
+                f"orders_faster_{kind}",
+                f"The {kind} model samples orders of magnitude faster than the sequential "
+                f"PixelCNN: 100x or more at the largest size (weakly: 10x)",
+                verdict_of(m[f"claim_orders_faster_{kind}"], weakly=m[f"orders_weakly_{kind}"]),
+                _speed_numbers(m, kind)))
+            claims.append(Claim(
+                f"ratio_grows_{kind}",
+                f"The sampling-time ratio (sequential / {kind}) grows with the image, as N / "
+                f"log N (weakly: it grows, but slower: log-log slope against N / log N under "
+                f"0.8)",
+                verdict_of(m[f"claim_ratio_grows_{kind}"], weakly=m[f"growth_weakly_{kind}"]),
+                _speed_numbers(m, kind)))
+    headline = [k for k in m if k.endswith(("_bits_per_dim", "_gap_relative"))
+                and isinstance(m[k], float)]
+    return claims_summary(
+        paper="Reed, van den Oord, Kalchbrenner, Gomez Colmenarejo, Wang, Chen, Belov & de "
+              "Freitas, Parallel Multiscale Autoregressive Density Estimation (ICML 2017, "
+              "arXiv 1703.03664)",
+        paper_setting="ImageNet 32x32 and 64x64, CUB and MS-COCO with text, Robot Pushing "
+                      "video; sampling up to 512x512 on a GPU",
+        measured=(f"{setup.dataset} {SIZE}x{SIZE}, {setup.levels} levels; "
+                  f"{plural(setup.seeds, 'seed')}, {setup.steps} steps of batch {setup.batch}; "
+                  f"sampling timed at {', '.join(map(str, setup.timing_sizes))} on this CPU"),
+        claims=claims, headline=headline)
+
+
+def curves(study: dict[str, Any], timing: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Test bits per dimension against steps per model (mean over seeds) and sampling seconds
+    against resolution, for the compare view."""
+    out = {}
+    for kind, run in study["runs"].items():
+        out[f"{kind}_test_bits_per_dim"] = {
+            "x": run["steps"], "y": [train.bits_per_dim(v, SIZE * SIZE)
+                                     for v in np.mean(run["test_nats"], 0).tolist()],
+            "xlabel": "steps", "ylabel": "test bits/dim"}
+    for kind, rows in timing.items():
+        out[f"{kind}_sampling_seconds"] = {
+            "x": list(rows), "y": [row["seconds"] for row in rows.values()],
+            "xlabel": "image size", "ylabel": "seconds per batch"}
+    return out

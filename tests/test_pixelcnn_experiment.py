@@ -1,0 +1,120 @@
+"""The PixelCNN experiment's verdict arithmetic against hand-computed cases, its data and
+parameter checks, and its live panel."""
+
+import numpy as np
+import pytest
+from IPython.display import Image
+
+from lab.experiments import pixelcnn as experiment
+from tests.conftest import WAIT
+from tests.smoke import SMOKE
+
+NOTEBOOK = dict(preset="default", dataset="fashion_mnist", levels=2,
+                models=["sequential", "multiscale", "shallow"], seeds=3, steps=300, batch=16,
+                lr=0.002, eval_every=100, eval_examples=500, channels=26, layers=5, base=4,
+                base_channels=16, base_layers=3, group_channels=16, group_blocks=1,
+                timing_sizes=[16, 32, 64, 128], timing_batch=4, timing_steps=64, samples=16,
+                seed=0)
+
+
+def test_growth_slopes_are_one_for_exact_n_and_n_over_log_n():
+    sizes = [16, 32, 64, 128]
+    n = np.array(sizes, float) ** 2
+    assert experiment.growth(sizes, list(3 * n))["slope_vs_n"] == pytest.approx(1.0)
+    g = experiment.growth(sizes, list(5 * n / np.log(n)))
+    assert g["slope_vs_n_over_log_n"] == pytest.approx(1.0)
+    assert g["slope_vs_n"] < 1.0
+    assert experiment.growth([32], [10.0])["slope_vs_n"] is None
+
+
+def fake_run(nats: list[float], parameters: int) -> dict:
+    return {"parameters": parameters, "final_nats": nats, "seconds": 1.0,
+            "final_bits_per_dim": [v / (1024 * np.log(2)) for v in nats]}
+
+
+def fake_timing(seconds: dict[str, list[float]], sizes: list[int]) -> dict:
+    row = {"extrapolated": False, "deep": 1, "shallow": 0, "formula_deep": 1,
+           "formula_shallow": 0}
+    return {kind: {s: row | {"seconds": t} for s, t in zip(sizes, times, strict=True)}
+            for kind, times in seconds.items()}
+
+
+def test_verdict_claims_from_nll_gaps_and_sampling_times():
+    setup = experiment.configure(**(NOTEBOOK | {"models": ["sequential", "multiscale"],
+                                                "timing_sizes": [16, 32, 64]}))
+    study = {"dataset": "fashion_mnist", "levels": 2, "train": 10, "test": 5,
+             "runs": {"sequential": fake_run([100.0, 100.0], 60_000),
+                      "multiscale": fake_run([104.0, 104.0], 61_000)}}
+    # sequential seconds grow as N^2 (N evaluations of O(N) each), multiscale as N
+    timing = fake_timing({"sequential": [1.0, 16.0, 256.0], "multiscale": [0.1, 0.4, 1.6]},
+                         [16, 32, 64])
+    m = experiment.verdict(setup, study, timing)
+    assert m["multiscale_gap_relative"] == pytest.approx(0.04)  # 104 / 100 - 1
+    assert m["multiscale_gap_nats"] == pytest.approx(4.0)
+    assert m["claim_nll_close_multiscale"] is True and not m["nll_weakly_multiscale"]
+    assert m["multiscale_speedup"] == pytest.approx({"16": 10.0, "32": 40.0, "64": 160.0})
+    assert m["claim_orders_faster_multiscale"] is True and not m["orders_weakly_multiscale"]
+    assert m["multiscale_speedup_growth"]["slope_vs_n"] == pytest.approx(1.0)
+    assert m["claim_ratio_grows_multiscale"] is True and not m["growth_weakly_multiscale"]
+    assert m["evaluations_match_formula"] is True
+    claims = experiment.summary(m, setup)["claims"]
+    assert [c["name"] for c in claims] == ["nll_close_multiscale", "orders_faster_multiscale",
+                                           "ratio_grows_multiscale"]
+    assert [c["verdict"] for c in claims] == ["holds"] * 3
+
+    # 8% worse: weakly; 12% worse: does not hold; a 50x ratio: weakly; a falling ratio: fails
+    study["runs"]["multiscale"] = fake_run([108.0, 108.0], 61_000)
+    timing = fake_timing({"sequential": [1.0, 5.0, 50.0], "multiscale": [0.1, 0.2, 1.0]},
+                         [16, 32, 64])
+    m = experiment.verdict(setup, study, timing)
+    assert m["claim_nll_close_multiscale"] and m["nll_weakly_multiscale"]
+    assert m["claim_orders_faster_multiscale"] and m["orders_weakly_multiscale"]
+    study["runs"]["multiscale"] = fake_run([112.0, 112.0], 61_000)
+    timing = fake_timing({"sequential": [1.0, 4.0, 30.0], "multiscale": [0.1, 0.5, 1.0]},
+                         [16, 32, 64])
+    m = experiment.verdict(setup, study, timing)
+    assert m["claim_nll_close_multiscale"] is False
+    assert m["claim_ratio_grows_multiscale"] is False  # 10, 8, 30
+
+
+def test_images_are_padded_to_32_and_binarised_or_8_bit():
+    binary = experiment.images("mnist_5k", "test", 2)
+    grey = experiment.images("mnist_5k", "test", 256)
+    assert binary.shape == grey.shape == (1000, 32, 32)
+    assert set(np.unique(binary)) == {0, 1} and grey.max() == 255
+    assert not binary[:, :2].any() and not grey[:, :, -2:].any()  # the padding is background
+    assert np.array_equal(binary, (grey >= 127.5).astype(np.int32))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"dataset": "svhn"}, "unknown dataset 'svhn'; choose one of fashion_mnist, mnist_5k"),
+    ({"levels": 4}, "levels 4 is not a bit depth the models are built for; use 2"),
+    ({"base": 6}, "image size 32 is not the base size 6 times a power of 2"),
+    ({"timing_sizes": [16, 96]}, "image size 96 is not the base size 4 times a power of 2"),
+    ({"models": []}, "models is empty"),
+    ({"steps": 250}, "steps 250 must be a positive multiple of eval_every 100"),
+    ({"preset": "huge"}, "unknown preset 'huge'; choose one of default, claim, eight_bit"),
+])
+def test_configure_refuses_bad_values_in_one_line(change, message):
+    with pytest.raises(ValueError) as error:
+        experiment.configure(**(NOTEBOOK | change))
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_pixelcnn_panel_samples_live_group_by_group_and_pixel_by_pixel():
+    from lab.widgets.pixelcnn_panel import pixelcnn_panel
+
+    panel = pixelcnn_panel(NOTEBOOK | SMOKE["12_pixelcnn"], rows=8)
+    panel.min_interval = 0.0
+    panel.controls.widgets["model"].value = "multiscale"
+    panel.controls.widgets["size"].value = 32  # base 16: the base image, then three groups
+    assert panel.run() is True
+    assert panel.wait(WAIT) and panel.state == "done", panel.error
+    assert panel.result["image"].shape == (32, 32)
+    assert panel.result["evaluations"] == 16 * 16 + 3
+    panel.controls.widgets["model"].value = "sequential"
+    panel.controls.widgets["size"].value = 16
+    assert panel.run() is True
+    assert panel.wait(WAIT) and panel.state == "done", panel.error
+    assert panel.result["evaluations"] == 256 and set(np.unique(panel.result["image"])) <= {0, 1}
+    assert panel.draws >= 2 and isinstance(panel.show(headless=True), Image)
