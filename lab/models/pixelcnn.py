@@ -78,8 +78,10 @@ def sample_pixels(key: jax.Array, logits: jax.Array, levels: int) -> jax.Array:
 def check_levels(x: jax.Array, levels: int) -> None:
     """A one-line error when images ``x`` hold levels a ``levels``-level model cannot model
     (checked on concrete arrays only)."""
-    top = int(jnp.max(x))
-    if top >= levels or int(jnp.min(x)) < 0:
+    top, low = int(jnp.max(x)), int(jnp.min(x))
+    if low < 0:
+        raise ValueError(f"images hold levels down to {low}; levels must be 0 ... {levels - 1}")
+    if top >= levels:
         raise ValueError(f"images hold levels up to {top} but the model was built for "
                          f"{levels} levels ({'binary' if levels == 2 else f'{levels}-level'}); "
                          f"build it with levels={top + 1 if top < 2 else 256} or binarise "
@@ -303,10 +305,12 @@ class MultiscalePixelCNN(eqx.Module):
 
 def doublings(size: int, base: int) -> int:
     """``k`` with ``size == base * 2**k``; a one-line error otherwise."""
+    if base < 1:
+        raise ValueError(f"base size {base} must be at least 1")
     k = 0
     while base * 2**k < size:
         k += 1
-    if base < 1 or base * 2**k != size:
+    if base * 2**k != size:
         raise ValueError(f"image size {size} is not the base size {base} times a power of 2; "
                          f"use a size in {[base * 2**i for i in range(1, 7)]} or another base")
     return k
