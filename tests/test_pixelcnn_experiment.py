@@ -10,10 +10,10 @@ from tests.conftest import WAIT
 from tests.smoke import SMOKE
 
 NOTEBOOK = dict(preset="default", dataset="fashion_mnist", levels=2,
-                models=["sequential", "multiscale", "shallow"], seeds=3, steps=300, batch=16,
-                lr=0.002, eval_every=100, eval_examples=500, channels=26, layers=5, base=4,
+                models=["sequential", "multiscale", "shallow"], seeds=3, steps=200, batch=16,
+                lr=0.002, eval_every=50, eval_examples=300, channels=26, layers=5, base=4,
                 base_channels=16, base_layers=3, group_channels=16, group_blocks=1,
-                timing_sizes=[16, 32, 64, 128], timing_batch=4, timing_steps=64, samples=16,
+                timing_sizes=[16, 32, 64, 128], timing_batch=4, timing_steps=32, samples=9,
                 seed=0)
 
 
@@ -92,7 +92,7 @@ def test_images_are_padded_to_32_and_binarised_or_8_bit():
     ({"base": 6}, "image size 32 is not the base size 6 times a power of 2"),
     ({"timing_sizes": [16, 96]}, "image size 96 is not the base size 4 times a power of 2"),
     ({"models": []}, "models is empty"),
-    ({"steps": 250}, "steps 250 must be a positive multiple of eval_every 100"),
+    ({"steps": 225}, "steps 225 must be a positive multiple of eval_every 50"),
     ({"preset": "huge"}, "unknown preset 'huge'; choose one of default, claim, eight_bit"),
 ])
 def test_configure_refuses_bad_values_in_one_line(change, message):
