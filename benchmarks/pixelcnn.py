@@ -4,12 +4,13 @@
                                             [--timing-steps 256] [--quick]
 
 Per resolution, the seconds to sample a batch from the sequential gated PixelCNN (one
-network evaluation per pixel), the multiscale model (base image + three group networks per
-doubling) and its shallow variant, side by side, with the ratios and the evaluations each
-sampler counted. Above ``--timing-steps`` pixels the sequential sampler is timed over its
-first ``--timing-steps`` pixels and scaled (every step is the same full evaluation). Then one
-Adam training step of each model on a batch of 32x32 binary images. The models are the
-notebook's (``notebooks/12_pixelcnn.ipynb``) default widths with untrained weights.
+network evaluation per pixel: naive, on the whole canvas, and windowed, on the rows the pixel
+sees), the multiscale model (base image + three group networks per doubling) and its shallow
+variant, side by side, with the ratios of the windowed sampler's time to theirs and the
+evaluations each sampler counted. Above ``--timing-steps`` pixels the sequential samplers are
+timed over their first ``--timing-steps`` pixels and scaled (every step costs the same).
+Then one Adam training step of each model on a batch of 32x32 binary images. The models are
+the notebook's (``notebooks/12_pixelcnn.ipynb``) default widths with untrained weights.
 """
 
 import argparse
@@ -57,18 +58,21 @@ def main() -> None:
     print(f"{datetime.date.today()} {platform.node()} "
           f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"{jax.devices()[0].platform}): sampling a batch of {args.batch}, seconds")
-    print(f"{'size':>5} {'sequential':>11} {'multiscale':>11} {'shallow':>9} "
-          f"{'seq/multi':>10} {'seq/shallow':>12} {'evaluations (seq, multi, shallow)':>36}")
+    print(f"{'size':>5} {'naive':>10} {'windowed':>10} {'multiscale':>11} {'shallow':>9} "
+          f"{'win/multi':>10} {'win/shallow':>12} {'evaluations (seq, multi, shallow)':>36}")
     for size in setup.timing_sizes:
-        rows = {kind: experiment.time_sampling(experiment.build(setup, kind, size, key), size,
-                                               args.batch, args.timing_steps, key, args.repeats)
-                for kind in experiment.MODELS}
-        seq, multi, shallow = (rows[k] for k in experiment.MODELS)
-        mark = "*" if seq["extrapolated"] else " "
-        print(f"{size:>5} {seq['seconds']:>10.4g}{mark} {multi['seconds']:>11.4g} "
-              f"{shallow['seconds']:>9.4g} {seq['seconds'] / multi['seconds']:>10.1f} "
-              f"{seq['seconds'] / shallow['seconds']:>12.1f} "
-              f"{seq['deep']:>15} {multi['deep']:>6} {shallow['deep']:>5}+{shallow['shallow']}")
+        rows = {kind: experiment.time_sampling(
+            experiment.build(setup, "sequential" if kind == "windowed" else kind, size, key),
+            size, args.batch, args.timing_steps, key, args.repeats, windowed=kind == "windowed")
+            for kind in experiment.samplers(setup)}
+        naive, windowed, multi, shallow = (rows[k] for k in ("sequential", "windowed",
+                                                             "multiscale", "shallow"))
+        mark = "*" if naive["extrapolated"] else " "
+        print(f"{size:>5} {naive['seconds']:>9.4g}{mark} {windowed['seconds']:>9.4g}{mark} "
+              f"{multi['seconds']:>11.4g} {shallow['seconds']:>9.4g} "
+              f"{windowed['seconds'] / multi['seconds']:>10.1f} "
+              f"{windowed['seconds'] / shallow['seconds']:>12.1f} "
+              f"{naive['deep']:>15} {multi['deep']:>6} {shallow['deep']:>5}+{shallow['shallow']}")
     print(f"* timed over the first {args.timing_steps} pixels and scaled to all of them")
 
     x = experiment.images("fashion_mnist", "test", 2)[:args.train_batch]

@@ -22,7 +22,8 @@ def test_benchmark_pixelcnn_quick_prints_the_samplers_side_by_side():
     # size^2 - 16 shallow ones, for the multiscale models
     assert sizes["8"][-3:] == ["64", "19", "19+48"]
     assert sizes["16"][-3:] == ["256", "22", "22+240"]
-    assert sizes["16"][1].endswith("*") and "scaled" in lines[4]
+    assert sizes["16"][1].endswith("*") and sizes["16"][2].endswith("*")
+    assert "scaled" in lines[4]
     steps = [line.split()[0] for line in lines[6:9]]
     assert steps == ["sequential:", "multiscale:", "shallow:"]
 

@@ -19,7 +19,14 @@ from lab.models.pixelcnn import (
     parameter_count,
     pixel_log_prob,
 )
-from lab.train.pixelcnn import bits_per_dim, make_train, sample_multiscale, sample_sequential
+from lab.train.pixelcnn import (
+    bits_per_dim,
+    make_train,
+    receptive_rows,
+    sample_multiscale,
+    sample_sequential,
+    sample_windowed,
+)
 
 SMALL = {"base_channels": 4, "base_layers": 2, "channels": 4, "blocks": 1}
 
@@ -190,6 +197,28 @@ def test_sample_sequential_counts_one_evaluation_per_pixel_and_resumes():
     rest, second = part(key, half, 7, 16)
     assert (int(first), int(second)) == (7, 9)
     np.testing.assert_array_equal(rest, image)
+
+
+def test_receptive_rows_is_exactly_how_far_up_the_logits_reach():
+    model = GatedPixelCNN(2, channels=8, layers=3, first_kernel=7, key=jax.random.key(21))
+    rows = receptive_rows(model)
+    assert rows == 3 + 1 + 1 + 1  # first_kernel // 2, then kernel // 2 twice, then the shift
+    x = jax.random.bernoulli(jax.random.key(22), 0.5, (12, 5)).astype(jnp.float32)
+    jacobian = np.asarray(jax.jacobian(lambda x: model(x)[11, :, 0])(x))  # the last row's logits
+    reached = np.flatnonzero(np.abs(jacobian).sum(axis=(0, 2)))
+    assert reached.min() == 11 - rows and reached.max() == 11
+
+
+def test_sample_windowed_draws_the_naive_samples_with_one_evaluation_per_pixel():
+    model = GatedPixelCNN(2, channels=8, layers=2, first_kernel=5, key=jax.random.key(23))
+    model = eqx.tree_at(lambda m: m.head, model, model.head * 30)  # far from uniform
+    canvas = jnp.zeros((10, 6), jnp.int32)  # taller than the window (receptive_rows + 1 = 5)
+    keys = jax.random.split(jax.random.key(24), 8)
+    naive, naive_count = jax.jit(jax.vmap(lambda k: sample_sequential(model, k, canvas)))(keys)
+    windowed, count = jax.jit(jax.vmap(lambda k: sample_windowed(model, k, canvas)))(keys)
+    np.testing.assert_array_equal(windowed, naive)
+    assert 0.1 < float(naive.mean()) < 0.9
+    assert np.all(np.asarray(count) == 60) and np.all(np.asarray(naive_count) == 60)
 
 
 @pytest.mark.parametrize("shallow", [False, True])

@@ -5,7 +5,8 @@
 
 Run draws one image from the chosen model (``sequential``, ``multiscale`` or ``shallow``)
 at the chosen size. The sequential PixelCNN fills in pixel by pixel in raster order (one
-network evaluation each; the figure is redrawn every ``rows`` rows); the multiscale model
+network evaluation each, on the rows the pixel sees: ``lab.train.pixelcnn.sample_windowed``;
+the figure is redrawn every ``rows`` rows); the multiscale model
 starts from its ``base x base`` image and fills in group by group, three network
 evaluations per doubling. At the training size (32) the models are the notebook's trained
 ones (seed 0); at other sizes they have untrained weights (the cost is the same, the images
@@ -65,7 +66,7 @@ def pixelcnn_panel(params: dict[str, Any], study: dict[str, Any] | None = None,
             return experiment.unstacked(study["runs"][kind]["models"], 0), "trained"
         return experiment.build(setup, kind, size, jax.random.key(setup.seed)), "untrained"
 
-    sequential = eqx.filter_jit(train.sample_sequential)
+    sequential = eqx.filter_jit(train.sample_windowed)  # the naive sampler's samples
     group = eqx.filter_jit(train.sample_group)
 
     def run(values, report):
