@@ -1,6 +1,6 @@
 import pytest
 
-from lab.experiments.params import ParameterError, notebook_parameters, resolve
+from lab.experiments.params import ParameterError, notebook_parameters, resolve, with_preset
 from tests.conftest import write_notebook
 
 PARAMS = """name = "digits"  # which data set
@@ -64,3 +64,12 @@ def test_resolve_without_parameters_cell_refuses_overrides(tmp_path):
     assert resolve(path, {}) == ({}, {})
     with pytest.raises(ParameterError, match="no cell tagged 'parameters'"):
         resolve(path, {"x": "2"})
+
+
+def test_with_preset_puts_the_named_preset_on_top_and_refuses_unknown_ones():
+    presets = {"default": {}, "claim": {"steps": 3000}}
+    assert with_preset({"steps": 10, "seed": 0}, presets) == {"steps": 10, "seed": 0}
+    assert with_preset({"preset": "claim", "steps": 10}, presets) == {"preset": "claim",
+                                                                     "steps": 3000}
+    with pytest.raises(ValueError, match="^unknown preset 'huge'; choose one of default, claim$"):
+        with_preset({"preset": "huge"}, presets)

@@ -21,6 +21,7 @@ import numpy as np
 from lab.envs.minatar import GAMES, MinAtarTask
 from lab.experiments.claims import plural
 from lab.experiments.claims import summary as claims_summary
+from lab.experiments.params import with_preset
 from lab.train.a2c import A2CConfig, Hyper, make_train, with_hyper
 
 PRESETS: dict[str, dict[str, Any]] = {"default": {}}
@@ -50,10 +51,7 @@ class Setup:
 def configure(**params: Any) -> Setup:
     """The notebook's parameters (``PARAMETERS``) as a ``Setup``; raises ValueError naming a
     bad value, before any work."""
-    preset = params.get("preset", "default")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    p = params | PRESETS[preset]
+    p = with_preset(params, PRESETS)
     if p["game"] not in GAMES:
         raise ValueError(f"unknown game {p['game']!r}; choose one of {', '.join(GAMES)}")
     for name in ("t_max", "envs", "seeds", "eval_every"):

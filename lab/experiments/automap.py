@@ -34,6 +34,7 @@ import optax
 from lab import parallel
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
+from lab.experiments.params import with_preset
 from lab.experiments.sequence_parallel import simulate_devices  # noqa: F401 (the notebook calls it)
 from lab.models.transformer import Transformer
 from lab.parallel import automap, search
@@ -92,10 +93,7 @@ class Setup:
 def configure(**params: Any) -> Setup:
     """The notebook's parameters (``PARAMETERS``) as a ``Setup``; a one-line ValueError
     naming a bad value, before any compilation."""
-    preset = params.get("preset", "default")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    p = params | PRESETS[preset]
+    p = with_preset(params, PRESETS)
     for name in ("devices", "model_devices", "vocab", "hidden", "heads", "batch", "length",
                  "budget", "seeds", "regime_compiles"):
         if p[name] < 1:

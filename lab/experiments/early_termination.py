@@ -38,6 +38,7 @@ from scipy import stats
 from lab.experiments import a2c
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
+from lab.experiments.params import with_preset
 from lab.sweeps.hypertrick import TrialSeededSampler
 from lab.sweeps.simulator import METHODS, Curves, load_curves, outcomes, replay
 from lab.sweeps.spec import SweepSpec, load_spec
@@ -93,10 +94,7 @@ class Setup:
 def configure(**params: Any) -> Setup:
     """The notebook's parameters (``PARAMETERS``) as a ``Setup``; raises ValueError naming a
     bad one before any work (a curve file that does not exist or does not match included)."""
-    preset = params.get("preset", "default")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    p = params | PRESETS[preset]
+    p = with_preset(params, PRESETS)
     for name in ("configurations", "seeds", "envs", "evaluations", "orders", "workers",
                  "mpo_configurations", "mpo_eval_every"):
         if p[name] < 1:
@@ -132,7 +130,7 @@ def configure(**params: Any) -> Setup:
             raise ValueError(f"{p['curves_from']} holds curves of another sweep (space or "
                              "phases differ); record new ones (curves_from = '')")
     return Setup(a2c_sweep, mpo_sweep, p["configurations"], p["mpo_configurations"],
-                 p["orders"], p["live_trials"], p["curves_from"], preset)
+                 p["orders"], p["live_trials"], p["curves_from"], params.get("preset", "default"))
 
 
 # --- the configurations and their curves ---------------------------------------------------

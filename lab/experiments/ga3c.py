@@ -36,6 +36,7 @@ import numpy as np
 from lab.envs.minatar import GAMES, MinAtarTask
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
+from lab.experiments.params import with_preset
 from lab.train.a2c import A2CConfig, Hyper, make_train
 from lab.train.ga3c import SUITES, GA3CConfig, Result, run_a3c, run_ga3c
 
@@ -89,10 +90,7 @@ class Setup:
 def configure(**params: Any) -> Setup:
     """The notebook's parameters (``PARAMETERS``) as a ``Setup``; a preset's values replace
     the others. Raises ValueError naming a bad value, before any work."""
-    preset = params.get("preset", "default")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    p = {"suite": "minatar"} | params | PRESETS[preset]
+    p = {"suite": "minatar"} | with_preset(params, PRESETS)
     if p["suite"] not in SUITES:
         raise ValueError(f"unknown suite {p['suite']!r}; choose one of {', '.join(SUITES)}")
     if p["suite"] == "minatar" and p["game"] not in GAMES:
@@ -126,7 +124,7 @@ def configure(**params: Any) -> Setup:
     return Setup(host, a2c, p["seeds"], float(p["seconds"]), tuple(p["agent_counts"]),
                  tuple(p["trainer_counts"]), float(p["throughput_seconds"]), tuple(p["lags"]),
                  p["lag_updates"], float(p["adjust_window"]), float(p["adjust_seconds"]),
-                 starts, preset)
+                 starts, params.get("preset", "default"))
 
 
 # --- the jitted A2C, timed like the host runs ------------------------------------------------

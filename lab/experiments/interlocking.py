@@ -29,6 +29,7 @@ from lab.data import load
 from lab.data.text import load_text, provenance, windows
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
+from lab.experiments.params import with_preset
 from lab.experiments.sequence_parallel import simulate_devices  # noqa: F401 (the notebook calls it)
 from lab.models.interlocking import Stack, char_transformer, resnet
 from lab.parallel import interlocking as schedule
@@ -83,10 +84,7 @@ class Setup:
 def configure(**params: Any) -> Setup:
     """The notebook's parameters as a ``Setup``; a one-line ValueError naming a bad value,
     before anything is compiled."""
-    preset = params.get("preset", "default")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    p = params | PRESETS[preset]
+    p = with_preset(params, PRESETS)
     for task in p["tasks"]:
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")

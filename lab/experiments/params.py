@@ -24,6 +24,16 @@ class ParameterError(ValueError):
     """An override does not fit the notebook's parameters cell."""
 
 
+def with_preset(params: dict[str, Any], presets: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``params`` with its named preset's values on top (``params["preset"]``, "default" when
+    absent): what every experiment's ``configure`` starts from. An unknown preset is a
+    one-line ValueError naming the choices."""
+    preset = params.get("preset", "default")
+    if preset not in presets:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(presets)}")
+    return params | presets[preset]
+
+
 @dataclass(frozen=True)
 class Parameter:
     name: str

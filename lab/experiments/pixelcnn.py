@@ -28,6 +28,7 @@ import optax
 from lab.data import load
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
+from lab.experiments.params import with_preset
 from lab.models.pixelcnn import (
     GatedPixelCNN,
     MultiscalePixelCNN,
@@ -90,10 +91,7 @@ class Setup:
 def configure(**params: Any) -> Setup:
     """The notebook's parameters as a ``Setup``; a one-line ValueError naming a bad value,
     before anything is compiled."""
-    preset = params.get("preset", "default")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    p = params | PRESETS[preset]
+    p = with_preset(params, PRESETS)
     if p["dataset"] not in DATASETS:
         raise ValueError(f"unknown dataset {p['dataset']!r}; choose one of {', '.join(DATASETS)}")
     if p["levels"] not in LEVELS:

@@ -41,6 +41,7 @@ from jax.sharding import PartitionSpec as P
 from lab.data.retrieval import Retrieval
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
+from lab.experiments.params import with_preset
 from lab.models.transformer import Block, Transformer, full_attention
 from lab.parallel import SIMULATE, _backends_started, cost, first_devices
 from lab.parallel.compiled import abstract, compile_program, shapes
@@ -105,10 +106,7 @@ class Setup:
 def configure(**params: Any) -> Setup:
     """The notebook's parameters (``PARAMETERS``) as a ``Setup``; a one-line ValueError
     naming a bad value, before any compilation."""
-    preset = params.get("preset", "default")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    p = params | PRESETS[preset]
+    p = with_preset(params, PRESETS)
     for name in ("devices", "hidden", "heads", "layers", "batch", "steps", "seeds",
                  "tensor_devices", "memory_hidden", "memory_batch", "search_hidden",
                  "search_layers", "search_length", "search_batch", "search_precision",
