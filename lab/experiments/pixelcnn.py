@@ -48,7 +48,7 @@ MODELS = ("sequential", "multiscale", "shallow")
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
     # 10x the steps, 5,000 test images, the sequential sampler timed over 256 pixels per size:
-    # about 35 minutes here
+    # about 40 minutes here
     "claim": {"steps": 2000, "eval_every": 500, "eval_examples": 5000, "timing_steps": 256},
     # 8-bit Fashion-MNIST with a 256-way softmax per pixel, 400 steps: about 9 minutes here
     "eight_bit": {"levels": 256, "steps": 400, "eval_every": 100},
