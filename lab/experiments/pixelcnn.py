@@ -85,10 +85,6 @@ class Setup:
     samples: int  # images per model in the sample grids
     seed: int
 
-    @property
-    def scales(self) -> int:
-        return doublings(SIZE, self.base)
-
 
 def configure(**params: Any) -> Setup:
     """The notebook's parameters as a ``Setup``; a one-line ValueError naming a bad value,
