@@ -217,3 +217,87 @@ def sample_cached(model: WaveNet, key: jax.Array, cond: jax.Array) -> jax.Array:
     length = cond.shape[0]
     _, audio = jax.lax.scan(step, (jnp.zeros(()), queues), (jnp.arange(length), cond))
     return audio
+
+
+# the student: an inverse autoregressive flow ----------------------------------------------------
+
+class Flow(eqx.Module):
+    """One inverse autoregressive flow: ``x_t = z_t s_t + mu_t`` with ``(mu_t, log s_t)``
+    from a WaveNet-like causal stack over ``z_{<t}`` and the conditioning (residual layers,
+    no skip connections: the last layer's residual stream is read out). Every ``x_t`` is
+    computed at once from ``z``: sampling is one parallel pass; inverting is sequential."""
+
+    embed: jax.Array
+    layers: list[ResidualLayer]
+    head: jax.Array  # (R, 2): mu and log s
+    bias_head: jax.Array
+
+    def __init__(self, bands: int, channels: int = 16, layers: int = 6, cycle: int = 6, *,
+                 key: jax.Array):
+        keys = jax.random.split(key, layers + 2)
+        self.embed = _dense(keys[0], (1, channels), 1)
+        self.layers = [ResidualLayer(channels, channels, 1, bands, 2 ** (i % cycle),
+                                     key=keys[1 + i]) for i in range(layers)]
+        self.head = _dense(keys[-1], (channels, 2), channels) * 0.01
+        self.bias_head = jnp.zeros(2)
+
+    def shift_and_log_scale(self, z: jax.Array, cond: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``(mu, log s)`` ``(T,)``: row ``t`` depends on ``z[:t]`` and ``cond`` only."""
+        h = jnp.pad(z, (1, 0))[:-1, None] @ self.embed
+        for layer in self.layers:
+            h, _ = layer(h, cond)
+        out = h @ self.head + self.bias_head
+        return out[:, 0], out[:, 1]
+
+    def __call__(self, z: jax.Array, cond: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``(x, mu, log s)`` with ``x = z exp(log s) + mu``."""
+        mu, log_s = self.shift_and_log_scale(z, cond)
+        return z * jnp.exp(log_s) + mu, mu, log_s
+
+    def inverse(self, x: jax.Array, cond: jax.Array) -> jax.Array:
+        """``z`` with ``self(z)[0] == x``, one step at a time (``z_t`` needs ``z_{<t}``)."""
+        def body(t, z):
+            mu, log_s = self.shift_and_log_scale(z, cond)
+            return z.at[t].set((x[t] - mu[t]) * jnp.exp(-log_s[t]))
+        return jax.lax.fori_loop(0, x.shape[0], body, jnp.zeros_like(x))
+
+
+class Student(eqx.Module):
+    """A stack of flows on logistic noise ``z ~ Logistic(0, 1)``. Because each flow is affine
+    in ``z_t`` with coefficients of ``z_{<t}``, the output is ``x_t = z_t S_t + M_t`` with
+    ``S_t`` and ``M_t`` functions of ``z_{<t}`` only: given the past, each ``x_t`` is a
+    logistic with mean ``M_t`` and scale ``S_t`` (the per-step composite logistic), whose
+    entropy is ``log S_t + 2``."""
+
+    flows: list[Flow]
+
+    def __init__(self, bands: int, flows: int = 4, channels: int = 16, layers: int = 6,
+                 cycle: int = 6, *, key: jax.Array):
+        self.flows = [Flow(bands, channels, layers, cycle, key=k)
+                      for k in jax.random.split(key, flows)]
+
+    def __call__(self, z: jax.Array, cond: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``(x, M, log S)`` ``(T,)`` from noise ``z`` ``(T,)``, in one parallel pass per flow:
+        ``M <- M s + mu``, ``log S <- log S + log s``."""
+        x, mean, log_scale = z, jnp.zeros_like(z), jnp.zeros_like(z)
+        for flow in self.flows:
+            x, mu, log_s = flow(x, cond)
+            mean, log_scale = mean * jnp.exp(log_s) + mu, log_scale + log_s
+        return x, mean, log_scale
+
+    def inverse(self, x: jax.Array, cond: jax.Array) -> jax.Array:
+        """The noise that gives ``x`` (each flow inverted in turn, last first)."""
+        for flow in reversed(self.flows):
+            x = flow.inverse(x, cond)
+        return x
+
+
+def logistic_noise(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """Standard logistic draws ``log u - log(1 - u)``."""
+    u = jax.random.uniform(key, shape, minval=1e-6, maxval=1.0 - 1e-6)
+    return jnp.log(u) - jnp.log1p(-u)
+
+
+def logistic_entropy(log_scale: jax.Array) -> jax.Array:
+    """Differential entropy (nats) of a logistic of scale ``exp(log_scale)``: ``log s + 2``."""
+    return log_scale + 2.0
