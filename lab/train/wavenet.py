@@ -1,0 +1,103 @@
+"""Losses for the WaveNet teacher and the Probability Density Distillation of its student.
+
+van den Oord et al., "Parallel WaveNet" (arXiv 1711.10433), section 3 and 4; Ping, Peng and
+Chen, "ClariNet" (arXiv 1807.07281) for the Gaussian variant. Conventions: every loss is per
+utterance (batch with ``jax.vmap`` and average), in nats unless said; audio is ``(T,)`` in
+[-1, 1]; the teacher is frozen during distillation (``lax.stop_gradient`` on its parameters),
+gradients reach the student through its sample ``x`` and its per-step logistics.
+
+- ``teacher_bits(model, x, cond)``: the teacher's negative log-likelihood in bits per sample
+  (teacher forcing).
+- ``kl_estimate``: ``KL(P_S || P_T) = H(P_S, P_T) - H(P_S)``. The student's entropy is in
+  closed form, ``sum_t E[log S_t] + 2 T``; the cross-entropy is estimated with ONE teacher
+  pass over a student sample ``x`` (giving ``p_T(x_t | x_{<t})`` for every t at once) and
+  ``draws`` samples per step from the student's per-step logistic ``(M_t, S_t)``,
+  reparameterised, scored by the teacher's mixture density at step t.
+- ``power_loss``: ``mean |(|STFT(x)|^2 - |STFT(y)|^2)|^2`` between the student's sample and
+  the real utterance ``y`` with the same conditioning: without it the student "whispers".
+- ``contrastive_kl``: the KL against the teacher given *other* conditioning, to be
+  *maximised* (subtracted with a weight): the student should fit its own text, not any text.
+- ``gaussian_kl``: ClariNet's closed form ``KL(N(m_S, s_S) || N(m_T, s_T))`` per step.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lab.models.wavenet import Student, WaveNet, logistic_entropy, logistic_noise, split_mixture
+
+
+def teacher_bits(model: WaveNet, x: jax.Array, cond: jax.Array) -> jax.Array:
+    """Negative log-likelihood of ``x`` in bits per sample."""
+    return -model.log_prob(x, cond) / (x.shape[0] * np.log(2.0))
+
+
+def mixture_log_density(params: jax.Array, x: jax.Array) -> jax.Array:
+    """Log density of the (continuous) mixture of logistics ``params`` ``(..., 3 K)`` at
+    ``x`` ``(...)``: the teacher's distribution before discretisation, which the student's
+    continuous samples are scored by."""
+    logits, means, log_scales = split_mixture(params)
+    u = (x[..., None] - means) * jnp.exp(-log_scales)
+    log_pdf = -u - log_scales - 2.0 * jax.nn.softplus(-u)
+    return jax.nn.logsumexp(log_pdf + jax.nn.log_softmax(logits, -1), axis=-1)
+
+
+def kl_estimate(key: jax.Array, mean: jax.Array, log_scale: jax.Array,
+                teacher_params: jax.Array, draws: int) -> tuple[jax.Array, dict]:
+    """``KL(P_S || P_T)`` summed over steps, for a student whose step ``t`` is
+    ``Logistic(mean[t], exp(log_scale[t]))`` and a teacher whose step ``t`` is the mixture
+    ``teacher_params[t]`` (from one pass over the student's sample). Returns ``(kl, aux)``
+    with the cross-entropy and the entropy."""
+    noise = logistic_noise(key, (draws,) + mean.shape)
+    samples = mean + jnp.exp(log_scale) * noise  # (draws, T), reparameterised
+    cross_entropy = -jnp.mean(mixture_log_density(teacher_params, samples), axis=0).sum()
+    entropy = logistic_entropy(log_scale).sum()
+    return cross_entropy - entropy, {"cross_entropy": cross_entropy, "entropy": entropy}
+
+
+def stft_power(x: jax.Array, frame: int = 256, hop: int = 64) -> jax.Array:
+    """``(frames, frame // 2 + 1)`` power ``|STFT|^2`` with a Hann window."""
+    count = (x.shape[0] - frame) // hop + 1
+    index = np.arange(frame)[None] + hop * np.arange(count)[:, None]
+    return jnp.abs(jnp.fft.rfft(x[index] * jnp.hanning(frame), axis=-1)) ** 2
+
+
+def power_loss(x: jax.Array, y: jax.Array, frame: int = 256, hop: int = 64) -> jax.Array:
+    """Mean squared difference of the STFT powers of ``x`` and ``y`` (same length)."""
+    return jnp.mean((stft_power(x, frame, hop) - stft_power(y, frame, hop)) ** 2)
+
+
+def student_sample(student: Student, key: jax.Array, cond: jax.Array):
+    """``(x, mean, log_scale)``: one parallel pass from fresh logistic noise."""
+    return student(logistic_noise(key, (cond.shape[0],)), cond)
+
+
+def distillation_loss(student: Student, teacher: WaveNet, key: jax.Array, cond: jax.Array,
+                      real: jax.Array, draws: int, power_weight: float,
+                      contrastive_weight: float = 0.0, other_cond: jax.Array | None = None
+                      ) -> tuple[jax.Array, dict]:
+    """Per utterance, per sample: ``KL + power_weight * power - contrastive_weight * KL
+    under other_cond``; the KL terms in nats per sample. The teacher is frozen."""
+    teacher = jax.lax.stop_gradient(teacher)
+    k_noise, k_kl, k_other = jax.random.split(key, 3)
+    x, mean, log_scale = student_sample(student, k_noise, cond)
+    length = cond.shape[0]
+    kl, aux = kl_estimate(k_kl, mean, log_scale, teacher(x, cond), draws)
+    power = power_loss(x, real)
+    loss = kl / length + power_weight * power
+    aux = {"kl": kl / length, "cross_entropy": aux["cross_entropy"] / length,
+           "entropy": aux["entropy"] / length, "power": power}
+    if contrastive_weight > 0:
+        other, _ = kl_estimate(k_other, mean, log_scale, teacher(x, other_cond), draws)
+        loss = loss - contrastive_weight * other / length
+        aux["contrastive_kl"] = other / length
+    return loss, aux
+
+
+def gaussian_kl(mean_s: jax.Array, log_scale_s: jax.Array, mean_t: jax.Array,
+                log_scale_t: jax.Array) -> jax.Array:
+    """``KL(N(mean_s, s_s^2) || N(mean_t, s_t^2))`` elementwise (ClariNet, eq. 7 without
+    its regulariser): ``log(s_t / s_s) + (s_s^2 + (m_s - m_t)^2) / (2 s_t^2) - 1/2``."""
+    return (log_scale_t - log_scale_s
+            + (jnp.exp(2 * log_scale_s) + (mean_s - mean_t) ** 2)
+            / (2 * jnp.exp(2 * log_scale_t)) - 0.5)
