@@ -10,6 +10,7 @@ import pytest
 from lab.models.wavenet import (
     Student,
     WaveNet,
+    gaussian_log_prob,
     logistic_entropy,
     logistic_noise,
     mixture_log_prob,
@@ -20,9 +21,9 @@ from lab.models.wavenet import (
 )
 
 
-def teacher(key: int = 0) -> WaveNet:
+def teacher(key: int = 0, output: str = "mixture") -> WaveNet:
     model = WaveNet(4, channels=8, gate=8, skip=16, layers=5, cycle=3, mixtures=3,
-                    key=jax.random.key(key))
+                    output=output, key=jax.random.key(key))
     # non-zero gate biases: the activations before step 0 are then not zero by accident
     return eqx.tree_at(lambda m: [layer.bias for layer in m.layers], model,
                        [jnp.full_like(layer.bias, 0.3) for layer in model.layers])
@@ -39,6 +40,14 @@ def test_wavenet_is_causal_and_sees_exactly_its_receptive_field():
     for t in range(model.receptive_field, length):
         seen = np.flatnonzero(jacobian[t])
         assert seen.min() == t - model.receptive_field and seen.max() == t - 1
+
+
+@pytest.mark.parametrize("bins", [16, 65536])
+def test_gaussian_probabilities_over_every_bin_sum_to_one(bins):
+    params = jnp.array([0.2, np.log(0.3)])
+    grid = jnp.linspace(-1.0, 1.0, bins)
+    log_p = jax.vmap(lambda v: gaussian_log_prob(params, v, bins))(grid)
+    assert np.exp(np.asarray(log_p, np.float64)).sum() == pytest.approx(1.0, abs=1e-4)
 
 
 @pytest.mark.parametrize("bins", [16, 65536])
@@ -63,8 +72,9 @@ def test_mixture_samples_follow_its_probabilities_on_a_coarse_grid():
     assert np.abs(counts / len(draws) - expected).max() < 0.01
 
 
-def test_cached_sampling_draws_what_naive_sampling_draws():
-    model = teacher()
+@pytest.mark.parametrize("output", ["mixture", "gaussian"])
+def test_cached_sampling_draws_what_naive_sampling_draws(output):
+    model = teacher(output=output)
     cond = jax.random.normal(jax.random.key(1), (30, 4))
     naive = jax.jit(sample_naive)(model, jax.random.key(3), cond)
     cached = jax.jit(sample_cached)(model, jax.random.key(3), cond)

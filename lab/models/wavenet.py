@@ -83,6 +83,32 @@ def sample_mixture(key: jax.Array, params: jax.Array, bins: int = 65536) -> jax.
     return quantise(mean + jnp.exp(log_scale) * (jnp.log(u) - jnp.log1p(-u)), bins)
 
 
+def gaussian_log_prob(params: jax.Array, x: jax.Array, bins: int = 65536) -> jax.Array:
+    """``log P(x)`` of audio ``x`` on the grid under the discretised Gaussian ``params``
+    ``(..., 2)`` (mean, log scale; ClariNet's teacher): the mass of ``x``'s bin, the end bins
+    reaching to infinity, the density times the bin width where the mass underflows."""
+    mean, log_scale = params[..., 0], jnp.maximum(params[..., 1], -16.0)
+    half = 1.0 / (bins - 1)
+    inv_scale = jnp.exp(-log_scale)
+    upper = jax.scipy.stats.norm.logcdf(inv_scale * (x - mean + half))
+    lower = jax.scipy.stats.norm.logcdf(inv_scale * (x - mean - half))
+    above = jax.scipy.stats.norm.logcdf(-inv_scale * (x - mean - half))  # log(1 - cdf(lower))
+    mass = jnp.exp(upper) - jnp.exp(lower)
+    log_density = (jax.scipy.stats.norm.logpdf(inv_scale * (x - mean)) - log_scale
+                   + jnp.log(2.0 * half))
+    log_mass = jnp.where(mass > 1e-5, jnp.log(jnp.maximum(mass, 1e-12)), log_density)
+    return jnp.where(x < -1.0 + half / 2, upper, jnp.where(x > 1.0 - half / 2, above, log_mass))
+
+
+def sample_gaussian(key: jax.Array, params: jax.Array, bins: int = 65536) -> jax.Array:
+    """One draw per position from the Gaussian ``params`` ``(..., 2)``, quantised."""
+    mean, log_scale = params[..., 0], jnp.maximum(params[..., 1], -16.0)
+    return quantise(mean + jnp.exp(log_scale) * jax.random.normal(key, mean.shape), bins)
+
+
+OUTPUTS = ("mixture", "gaussian")
+
+
 # the network ---------------------------------------------------------------------------------
 
 class ResidualLayer(eqx.Module):
@@ -130,19 +156,25 @@ class WaveNet(eqx.Module):
     bias_hidden: jax.Array
     bias_head: jax.Array
     bins: int = eqx.field(static=True)
+    output: str = eqx.field(static=True)
 
     def __init__(self, bands: int, channels: int = 32, gate: int = 32, skip: int = 64,
-                 layers: int = 10, cycle: int = 10, mixtures: int = 10, bins: int = 65536, *,
-                 key: jax.Array):
+                 layers: int = 10, cycle: int = 10, mixtures: int = 10, bins: int = 65536,
+                 output: str = "mixture", *, key: jax.Array):
+        if output not in OUTPUTS:
+            raise ValueError(f"unknown output distribution {output!r}; use one of "
+                             f"{', '.join(OUTPUTS)}")
+        size = 3 * mixtures if output == "mixture" else 2
         keys = jax.random.split(key, layers + 3)
         self.embed = _dense(keys[0], (1, channels), 1)
         self.layers = [ResidualLayer(channels, gate, skip, bands, 2 ** (i % cycle),
                                      key=keys[1 + i]) for i in range(layers)]
         self.hidden = _dense(keys[-2], (skip, skip), skip)
-        self.head = _dense(keys[-1], (skip, 3 * mixtures), skip) * 0.1
+        self.head = _dense(keys[-1], (skip, size), skip) * 0.1
         self.bias_hidden = jnp.zeros(skip)
-        self.bias_head = jnp.zeros(3 * mixtures).at[2 * mixtures:].set(-3.0)  # log scales
-        self.bins = bins
+        log_scales = slice(2 * mixtures, None) if output == "mixture" else slice(1, None)
+        self.bias_head = jnp.zeros(size).at[log_scales].set(-3.0)  # narrow to start
+        self.bins, self.output = bins, output
 
     @property
     def receptive_field(self) -> int:
@@ -172,7 +204,18 @@ class WaveNet(eqx.Module):
 
     def log_prob(self, x: jax.Array, cond: jax.Array) -> jax.Array:
         """``log p(x | cond)`` in nats, summed over the utterance (teacher forcing)."""
-        return mixture_log_prob(self(x, cond), x, self.bins).sum()
+        return self.output_log_prob(self(x, cond), x).sum()
+
+    def output_log_prob(self, params: jax.Array, x: jax.Array) -> jax.Array:
+        """Per-sample ``log P(x)`` under output parameters ``params``."""
+        if self.output == "mixture":
+            return mixture_log_prob(params, x, self.bins)
+        return gaussian_log_prob(params, x, self.bins)
+
+    def sample_output(self, key: jax.Array, params: jax.Array) -> jax.Array:
+        if self.output == "mixture":
+            return sample_mixture(key, params, self.bins)
+        return sample_gaussian(key, params, self.bins)
 
 
 def sample_naive(model: WaveNet, key: jax.Array, cond: jax.Array) -> jax.Array:
@@ -188,8 +231,7 @@ def sample_naive(model: WaveNet, key: jax.Array, cond: jax.Array) -> jax.Array:
         x = jax.lax.dynamic_slice(audio, (t + 1,), (window,))
         c = jax.lax.dynamic_slice(cond_padded, (t + 1, 0), (window, cond.shape[1]))
         params = model(x, c, start=jnp.maximum(window - t - 1, 0))[-1]
-        return audio.at[window + t].set(sample_mixture(jax.random.fold_in(key, t), params,
-                                                       model.bins))
+        return audio.at[window + t].set(model.sample_output(jax.random.fold_in(key, t), params))
 
     return jax.lax.fori_loop(0, length, body, audio)[window:]
 
@@ -211,7 +253,7 @@ def sample_cached(model: WaveNet, key: jax.Array, cond: jax.Array) -> jax.Array:
             new_queues.append(queue.at[slot].set(h))
             z = layer.gate(past, h, c)
             h, skips = h + z @ layer.residual, skips + z @ layer.skip
-        x = sample_mixture(jax.random.fold_in(key, t), model.read_out(skips), model.bins)
+        x = model.sample_output(jax.random.fold_in(key, t), model.read_out(skips))
         return (x, tuple(new_queues)), x
 
     length = cond.shape[0]
@@ -263,18 +305,35 @@ class Flow(eqx.Module):
 
 
 class Student(eqx.Module):
-    """A stack of flows on logistic noise ``z ~ Logistic(0, 1)``. Because each flow is affine
+    """A stack of flows on logistic noise ``z ~ Logistic(0, 1)`` (or, ClariNet's variant,
+    Gaussian noise; then each step is a Gaussian). Because each flow is affine
     in ``z_t`` with coefficients of ``z_{<t}``, the output is ``x_t = z_t S_t + M_t`` with
     ``S_t`` and ``M_t`` functions of ``z_{<t}`` only: given the past, each ``x_t`` is a
     logistic with mean ``M_t`` and scale ``S_t`` (the per-step composite logistic), whose
     entropy is ``log S_t + 2``."""
 
     flows: list[Flow]
+    base: str = eqx.field(static=True)  # "logistic" (Parallel WaveNet) or "gaussian" (ClariNet)
 
     def __init__(self, bands: int, flows: int = 4, channels: int = 16, layers: int = 6,
-                 cycle: int = 6, *, key: jax.Array):
+                 cycle: int = 6, base: str = "logistic", *, key: jax.Array):
+        if base not in ("logistic", "gaussian"):
+            raise ValueError(f"unknown base distribution {base!r}; use logistic or gaussian")
         self.flows = [Flow(bands, channels, layers, cycle, key=k)
                       for k in jax.random.split(key, flows)]
+        self.base = base
+
+    def noise(self, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+        """Standard draws of the base distribution."""
+        if self.base == "logistic":
+            return logistic_noise(key, shape)
+        return jax.random.normal(key, shape)
+
+    def entropy(self, log_scale: jax.Array) -> jax.Array:
+        """Per-step differential entropy given the composite log scales ``log S_t``."""
+        if self.base == "logistic":
+            return logistic_entropy(log_scale)
+        return log_scale + 0.5 * jnp.log(2 * jnp.pi * jnp.e)
 
     def __call__(self, z: jax.Array, cond: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """``(x, M, log S)`` ``(T,)`` from noise ``z`` ``(T,)``, in one parallel pass per flow:
