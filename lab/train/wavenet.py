@@ -20,9 +20,13 @@ gradients reach the student through its sample ``x`` and its per-step logistics.
 - ``gaussian_kl``: ClariNet's closed form ``KL(N(m_S, s_S) || N(m_T, s_T))`` per step.
 """
 
+from collections.abc import Callable
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from lab.models.wavenet import Student, WaveNet, logistic_entropy, logistic_noise, split_mixture
 
@@ -120,3 +124,62 @@ def gaussian_distillation_loss(student: Student, teacher: WaveNet, key: jax.Arra
     return (kl + log_scale_weight * regulariser + power_weight * power,
             {"kl": kl, "log_scale_gap": regulariser, "power": power,
              "entropy": student.entropy(log_scale).mean()})
+
+
+# training loops ------------------------------------------------------------------------------
+
+def corpus(pieces: list[tuple[np.ndarray, np.ndarray]], gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Utterances ``(audio (T_i,), cond (T_i, bands))`` laid end to end with ``gap`` samples of
+    silence and zero conditioning between them (at least a receptive field, so a crop that
+    spans two utterances sees silence, not the other utterance, before its start)."""
+    bands = pieces[0][1].shape[1]
+    audio = [np.zeros(gap, np.float32)]
+    cond = [np.zeros((gap, bands), np.float32)]
+    for x, c in pieces:
+        audio += [x.astype(np.float32), np.zeros(gap, np.float32)]
+        cond += [c.astype(np.float32), np.zeros((gap, bands), np.float32)]
+    return np.concatenate(audio), np.concatenate(cond)
+
+
+def crops(key: jax.Array, audio: jax.Array, cond: jax.Array, batch: int, length: int):
+    """``batch`` random crops of ``length`` samples: ``(audio (B, L), cond (B, L, bands))``."""
+    starts = jax.random.randint(key, (batch,), 0, audio.shape[0] - length)
+    index = starts[:, None] + jnp.arange(length)[None]
+    return audio[index], cond[index]
+
+
+def make_train(loss: Callable, optimizer: optax.GradientTransformation, batch: int,
+               length: int, chunk: int) -> Callable:
+    """``run(model, opt_state, audio, cond, key) -> (model, opt_state, losses (chunk,))``:
+    ``chunk`` steps of ``loss(model, key, x (L,), c (L, bands)) -> (value, aux)`` averaged
+    over ``batch`` crops, inside one jit (``lax.scan``). The data are arguments."""
+
+    def batch_loss(model, key, x, c):
+        values, aux = jax.vmap(loss, (None, 0, 0, 0))(model, jax.random.split(key, batch), x, c)
+        return values.mean(), jax.tree.map(jnp.mean, aux)
+
+    @eqx.filter_jit
+    def run(model, opt_state, audio, cond, key):
+        def step(carry, key):
+            model, opt_state = carry
+            k_crop, k_loss = jax.random.split(key)
+            x, c = crops(k_crop, audio, cond, batch, length)
+            params, static = eqx.partition(model, eqx.is_inexact_array)
+            (value, aux), grads = jax.value_and_grad(
+                lambda p: batch_loss(eqx.combine(p, static), k_loss, x, c), has_aux=True)(params)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            model = eqx.combine(optax.apply_updates(params, updates), static)
+            return (model, opt_state), (value, aux)
+
+        (model, opt_state), (values, aux) = jax.lax.scan(step, (model, opt_state),
+                                                         jax.random.split(key, chunk))
+        return model, opt_state, values, aux
+
+    return run
+
+
+def teacher_loss(model: WaveNet, key: jax.Array, x: jax.Array, cond: jax.Array):
+    """The teacher's training loss on a crop: bits per sample (``key`` unused)."""
+    del key
+    bits = teacher_bits(model, x, cond)
+    return bits, {"bits": bits}
