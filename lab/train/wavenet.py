@@ -150,23 +150,26 @@ def crops(key: jax.Array, audio: jax.Array, cond: jax.Array, batch: int, length:
 
 def make_train(loss: Callable, optimizer: optax.GradientTransformation, batch: int,
                length: int, chunk: int) -> Callable:
-    """``run(model, opt_state, audio, cond, key) -> (model, opt_state, losses (chunk,))``:
-    ``chunk`` steps of ``loss(model, key, x (L,), c (L, bands)) -> (value, aux)`` averaged
-    over ``batch`` crops, inside one jit (``lax.scan``). The data are arguments."""
+    """``run(model, opt_state, audio, cond, key, frozen=None) -> (model, opt_state, losses
+    (chunk,), aux)``: ``chunk`` steps of ``loss(model, key, x (L,), c (L, bands), frozen) ->
+    (value, aux)`` averaged over ``batch`` crops, inside one jit (``lax.scan``). The data and
+    ``frozen`` (the teacher, when distilling: not trained) are arguments, not constants."""
 
-    def batch_loss(model, key, x, c):
-        values, aux = jax.vmap(loss, (None, 0, 0, 0))(model, jax.random.split(key, batch), x, c)
+    def batch_loss(model, key, x, c, frozen):
+        values, aux = jax.vmap(loss, (None, 0, 0, 0, None))(
+            model, jax.random.split(key, batch), x, c, frozen)
         return values.mean(), jax.tree.map(jnp.mean, aux)
 
     @eqx.filter_jit
-    def run(model, opt_state, audio, cond, key):
+    def run(model, opt_state, audio, cond, key, frozen=None):
         def step(carry, key):
             model, opt_state = carry
             k_crop, k_loss = jax.random.split(key)
             x, c = crops(k_crop, audio, cond, batch, length)
             params, static = eqx.partition(model, eqx.is_inexact_array)
             (value, aux), grads = jax.value_and_grad(
-                lambda p: batch_loss(eqx.combine(p, static), k_loss, x, c), has_aux=True)(params)
+                lambda p: batch_loss(eqx.combine(p, static), k_loss, x, c, frozen),
+                has_aux=True)(params)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             model = eqx.combine(optax.apply_updates(params, updates), static)
             return (model, opt_state), (value, aux)
@@ -178,8 +181,8 @@ def make_train(loss: Callable, optimizer: optax.GradientTransformation, batch: i
     return run
 
 
-def teacher_loss(model: WaveNet, key: jax.Array, x: jax.Array, cond: jax.Array):
-    """The teacher's training loss on a crop: bits per sample (``key`` unused)."""
-    del key
+def teacher_loss(model: WaveNet, key: jax.Array, x: jax.Array, cond: jax.Array, frozen=None):
+    """The teacher's training loss on a crop: bits per sample (``key``, ``frozen`` unused)."""
+    del key, frozen
     bits = teacher_bits(model, x, cond)
     return bits, {"bits": bits}
