@@ -9,11 +9,13 @@
 #               /usr/share/datasets/fashion-mnist, read offline by lab.data.load("fashion_mnist")
 #   dict-devil: Bierce's The Devil's Dictionary (public domain) for the dictd server, the text
 #               corpus of lab.data.text.load_text (the interlocking notebook's language model)
+#   espeak-ng, sox: speech made here (lab.data.speech): espeak-ng speaks fixed sentences, sox
+#               resamples them (the Parallel WaveNet notebook's audio)
 # Without root or apt-get it prints one warning and succeeds; the tests that need a missing
 # package then skip and say what to install.
 set -euo pipefail
 
-PACKAGES=(libosmesa6 chromium postgresql dataset-fashion-mnist dict-devil)
+PACKAGES=(libosmesa6 chromium postgresql dataset-fashion-mnist dict-devil espeak-ng sox)
 
 missing=()
 for package in "${PACKAGES[@]}"; do

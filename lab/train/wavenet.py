@@ -1,0 +1,188 @@
+"""Losses for the WaveNet teacher and the Probability Density Distillation of its student.
+
+van den Oord et al., "Parallel WaveNet" (arXiv 1711.10433), section 3 and 4; Ping, Peng and
+Chen, "ClariNet" (arXiv 1807.07281) for the Gaussian variant. Conventions: every loss is per
+utterance (batch with ``jax.vmap`` and average), in nats unless said; audio is ``(T,)`` in
+[-1, 1]; the teacher is frozen during distillation (``lax.stop_gradient`` on its parameters),
+gradients reach the student through its sample ``x`` and its per-step logistics.
+
+- ``teacher_bits(model, x, cond)``: the teacher's negative log-likelihood in bits per sample
+  (teacher forcing).
+- ``kl_estimate``: ``KL(P_S || P_T) = H(P_S, P_T) - H(P_S)``. The student's entropy is in
+  closed form, ``sum_t E[log S_t] + 2 T``; the cross-entropy is estimated with ONE teacher
+  pass over a student sample ``x`` (giving ``p_T(x_t | x_{<t})`` for every t at once) and
+  ``draws`` samples per step from the student's per-step logistic ``(M_t, S_t)``,
+  reparameterised, scored by the teacher's mixture density at step t.
+- ``power_loss``: ``mean |(|STFT(x)|^2 - |STFT(y)|^2)|^2`` between the student's sample and
+  the real utterance ``y`` with the same conditioning: without it the student "whispers".
+- ``contrastive_kl``: the KL against the teacher given *other* conditioning, to be
+  *maximised* (subtracted with a weight): the student should fit its own text, not any text.
+- ``gaussian_kl``: ClariNet's closed form ``KL(N(m_S, s_S) || N(m_T, s_T))`` per step.
+"""
+
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from lab.models.wavenet import Student, WaveNet, logistic_entropy, logistic_noise, split_mixture
+
+
+def teacher_bits(model: WaveNet, x: jax.Array, cond: jax.Array) -> jax.Array:
+    """Negative log-likelihood of ``x`` in bits per sample."""
+    return -model.log_prob(x, cond) / (x.shape[0] * np.log(2.0))
+
+
+def mixture_log_density(params: jax.Array, x: jax.Array) -> jax.Array:
+    """Log density of the (continuous) mixture of logistics ``params`` ``(..., 3 K)`` at
+    ``x`` ``(...)``: the teacher's distribution before discretisation, which the student's
+    continuous samples are scored by."""
+    logits, means, log_scales = split_mixture(params)
+    u = (x[..., None] - means) * jnp.exp(-log_scales)
+    log_pdf = -u - log_scales - 2.0 * jax.nn.softplus(-u)
+    return jax.nn.logsumexp(log_pdf + jax.nn.log_softmax(logits, -1), axis=-1)
+
+
+def kl_estimate(key: jax.Array, mean: jax.Array, log_scale: jax.Array,
+                teacher_params: jax.Array, draws: int) -> tuple[jax.Array, dict]:
+    """``KL(P_S || P_T)`` summed over steps, for a student whose step ``t`` is
+    ``Logistic(mean[t], exp(log_scale[t]))`` and a teacher whose step ``t`` is the mixture
+    ``teacher_params[t]`` (from one pass over the student's sample). Returns ``(kl, aux)``
+    with the cross-entropy and the entropy."""
+    noise = logistic_noise(key, (draws,) + mean.shape)
+    samples = mean + jnp.exp(log_scale) * noise  # (draws, T), reparameterised
+    cross_entropy = -jnp.mean(mixture_log_density(teacher_params, samples), axis=0).sum()
+    entropy = logistic_entropy(log_scale).sum()
+    return cross_entropy - entropy, {"cross_entropy": cross_entropy, "entropy": entropy}
+
+
+def stft_power(x: jax.Array, frame: int = 256, hop: int = 64) -> jax.Array:
+    """``(frames, frame // 2 + 1)`` power ``|STFT|^2`` with a Hann window."""
+    count = (x.shape[0] - frame) // hop + 1
+    index = np.arange(frame)[None] + hop * np.arange(count)[:, None]
+    return jnp.abs(jnp.fft.rfft(x[index] * jnp.hanning(frame), axis=-1)) ** 2
+
+
+def power_loss(x: jax.Array, y: jax.Array, frame: int = 256, hop: int = 64) -> jax.Array:
+    """Mean squared difference of the STFT powers of ``x`` and ``y`` (same length)."""
+    return jnp.mean((stft_power(x, frame, hop) - stft_power(y, frame, hop)) ** 2)
+
+
+def student_sample(student: Student, key: jax.Array, cond: jax.Array):
+    """``(x, mean, log_scale)``: one parallel pass from fresh base noise."""
+    return student(student.noise(key, (cond.shape[0],)), cond)
+
+
+def distillation_loss(student: Student, teacher: WaveNet, key: jax.Array, cond: jax.Array,
+                      real: jax.Array, draws: int, power_weight: float,
+                      contrastive_weight: float = 0.0, other_cond: jax.Array | None = None
+                      ) -> tuple[jax.Array, dict]:
+    """Per utterance, per sample: ``KL + power_weight * power - contrastive_weight * KL
+    under other_cond``; the KL terms in nats per sample. The teacher is frozen."""
+    teacher = jax.lax.stop_gradient(teacher)
+    k_noise, k_kl, k_other = jax.random.split(key, 3)
+    x, mean, log_scale = student_sample(student, k_noise, cond)
+    length = cond.shape[0]
+    kl, aux = kl_estimate(k_kl, mean, log_scale, teacher(x, cond), draws)
+    power = power_loss(x, real)
+    loss = kl / length + power_weight * power
+    aux = {"kl": kl / length, "cross_entropy": aux["cross_entropy"] / length,
+           "entropy": aux["entropy"] / length, "power": power}
+    if contrastive_weight > 0:
+        other, _ = kl_estimate(k_other, mean, log_scale, teacher(x, other_cond), draws)
+        loss = loss - contrastive_weight * other / length
+        aux["contrastive_kl"] = other / length
+    return loss, aux
+
+
+def gaussian_kl(mean_s: jax.Array, log_scale_s: jax.Array, mean_t: jax.Array,
+                log_scale_t: jax.Array) -> jax.Array:
+    """``KL(N(mean_s, s_s^2) || N(mean_t, s_t^2))`` elementwise (ClariNet, eq. 7 without
+    its regulariser): ``log(s_t / s_s) + (s_s^2 + (m_s - m_t)^2) / (2 s_t^2) - 1/2``."""
+    return (log_scale_t - log_scale_s
+            + (jnp.exp(2 * log_scale_s) + (mean_s - mean_t) ** 2)
+            / (2 * jnp.exp(2 * log_scale_t)) - 0.5)
+
+
+def gaussian_distillation_loss(student: Student, teacher: WaveNet, key: jax.Array,
+                               cond: jax.Array, real: jax.Array, power_weight: float,
+                               log_scale_weight: float = 4.0) -> tuple[jax.Array, dict]:
+    """ClariNet: a Gaussian student against a Gaussian teacher (``output="gaussian"``), the
+    per-step KL in closed form (no sampling noise beyond the one student sample the teacher
+    is run on), plus ``log_scale_weight * (log S_t - log s_T)^2`` (ClariNet's regulariser,
+    which keeps the scales matched early on) and the power loss; per sample."""
+    teacher = jax.lax.stop_gradient(teacher)
+    x, mean, log_scale = student_sample(student, key, cond)
+    params = teacher(x, cond)
+    mean_t, log_scale_t = params[:, 0], jnp.maximum(params[:, 1], -16.0)
+    kl = gaussian_kl(mean, log_scale, mean_t, log_scale_t).mean()
+    regulariser = jnp.mean((log_scale - log_scale_t) ** 2)
+    power = power_loss(x, real)
+    return (kl + log_scale_weight * regulariser + power_weight * power,
+            {"kl": kl, "log_scale_gap": regulariser, "power": power,
+             "entropy": student.entropy(log_scale).mean()})
+
+
+# training loops ------------------------------------------------------------------------------
+
+def corpus(pieces: list[tuple[np.ndarray, np.ndarray]], gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Utterances ``(audio (T_i,), cond (T_i, bands))`` laid end to end with ``gap`` samples of
+    silence and zero conditioning between them (at least a receptive field, so a crop that
+    spans two utterances sees silence, not the other utterance, before its start)."""
+    bands = pieces[0][1].shape[1]
+    audio = [np.zeros(gap, np.float32)]
+    cond = [np.zeros((gap, bands), np.float32)]
+    for x, c in pieces:
+        audio += [x.astype(np.float32), np.zeros(gap, np.float32)]
+        cond += [c.astype(np.float32), np.zeros((gap, bands), np.float32)]
+    return np.concatenate(audio), np.concatenate(cond)
+
+
+def crops(key: jax.Array, audio: jax.Array, cond: jax.Array, batch: int, length: int):
+    """``batch`` random crops of ``length`` samples: ``(audio (B, L), cond (B, L, bands))``."""
+    starts = jax.random.randint(key, (batch,), 0, audio.shape[0] - length)
+    index = starts[:, None] + jnp.arange(length)[None]
+    return audio[index], cond[index]
+
+
+def make_train(loss: Callable, optimizer: optax.GradientTransformation, batch: int,
+               length: int, chunk: int) -> Callable:
+    """``run(model, opt_state, audio, cond, key, frozen=None) -> (model, opt_state, losses
+    (chunk,), aux)``: ``chunk`` steps of ``loss(model, key, x (L,), c (L, bands), frozen) ->
+    (value, aux)`` averaged over ``batch`` crops, inside one jit (``lax.scan``). The data and
+    ``frozen`` (the teacher, when distilling: not trained) are arguments, not constants."""
+
+    def batch_loss(model, key, x, c, frozen):
+        values, aux = jax.vmap(loss, (None, 0, 0, 0, None))(
+            model, jax.random.split(key, batch), x, c, frozen)
+        return values.mean(), jax.tree.map(jnp.mean, aux)
+
+    @eqx.filter_jit
+    def run(model, opt_state, audio, cond, key, frozen=None):
+        def step(carry, key):
+            model, opt_state = carry
+            k_crop, k_loss = jax.random.split(key)
+            x, c = crops(k_crop, audio, cond, batch, length)
+            params, static = eqx.partition(model, eqx.is_inexact_array)
+            (value, aux), grads = jax.value_and_grad(
+                lambda p: batch_loss(eqx.combine(p, static), k_loss, x, c, frozen),
+                has_aux=True)(params)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            model = eqx.combine(optax.apply_updates(params, updates), static)
+            return (model, opt_state), (value, aux)
+
+        (model, opt_state), (values, aux) = jax.lax.scan(step, (model, opt_state),
+                                                         jax.random.split(key, chunk))
+        return model, opt_state, values, aux
+
+    return run
+
+
+def teacher_loss(model: WaveNet, key: jax.Array, x: jax.Array, cond: jax.Array, frozen=None):
+    """The teacher's training loss on a crop: bits per sample (``key``, ``frozen`` unused)."""
+    del key, frozen
+    bits = teacher_bits(model, x, cond)
+    return bits, {"bits": bits}
