@@ -157,10 +157,11 @@ class WaveNet(eqx.Module):
     bias_head: jax.Array
     bins: int = eqx.field(static=True)
     output: str = eqx.field(static=True)
+    sample_rate: int = eqx.field(static=True)  # what the conditioning was computed at
 
     def __init__(self, bands: int, channels: int = 32, gate: int = 32, skip: int = 64,
                  layers: int = 10, cycle: int = 10, mixtures: int = 10, bins: int = 65536,
-                 output: str = "mixture", *, key: jax.Array):
+                 output: str = "mixture", sample_rate: int = 8000, *, key: jax.Array):
         if output not in OUTPUTS:
             raise ValueError(f"unknown output distribution {output!r}; use one of "
                              f"{', '.join(OUTPUTS)}")
@@ -174,7 +175,7 @@ class WaveNet(eqx.Module):
         self.bias_hidden = jnp.zeros(skip)
         log_scales = slice(2 * mixtures, None) if output == "mixture" else slice(1, None)
         self.bias_head = jnp.zeros(size).at[log_scales].set(-3.0)  # narrow to start
-        self.bins, self.output = bins, output
+        self.bins, self.output, self.sample_rate = bins, output, sample_rate
 
     @property
     def receptive_field(self) -> int:
@@ -240,7 +241,22 @@ def sample_cached(model: WaveNet, key: jax.Array, cond: jax.Array) -> jax.Array:
     """The same draws as ``sample_naive`` with per-layer queues: layer ``l`` keeps its last
     ``dilation_l`` inputs (a circular buffer in the ``lax.scan`` carry), so each step
     computes one column of every layer."""
-    queues = tuple(jnp.zeros((layer.dilation, model.embed.shape[1])) for layer in model.layers)
+    audio, _ = sample_cached_chunk(model, key, cond, cached_state(model), 0)
+    return audio
+
+
+def cached_state(model: WaveNet) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """The cached sampler's carry before the first sample: the previous sample (0) and each
+    layer's queue of its last ``dilation`` inputs (zeros: silence before the utterance)."""
+    return jnp.zeros(()), tuple(jnp.zeros((layer.dilation, model.embed.shape[1]))
+                                for layer in model.layers)
+
+
+def sample_cached_chunk(model: WaveNet, key: jax.Array, cond: jax.Array, state, start
+                        ) -> tuple[jax.Array, tuple]:
+    """Samples ``start ... start + len(cond) - 1`` from the carry ``state`` (``cached_state``
+    at ``start = 0``); returns them and the carry to go on from. Chunks in turn draw what one
+    ``sample_cached`` call draws (the live panel shows each chunk as it lands)."""
 
     def step(carry, inputs):
         previous, queues = carry
@@ -256,9 +272,9 @@ def sample_cached(model: WaveNet, key: jax.Array, cond: jax.Array) -> jax.Array:
         x = model.sample_output(jax.random.fold_in(key, t), model.read_out(skips))
         return (x, tuple(new_queues)), x
 
-    length = cond.shape[0]
-    _, audio = jax.lax.scan(step, (jnp.zeros(()), queues), (jnp.arange(length), cond))
-    return audio
+    steps = start + jnp.arange(cond.shape[0])
+    state, audio = jax.lax.scan(step, state, (steps, cond))
+    return audio, state
 
 
 # the student: an inverse autoregressive flow ----------------------------------------------------
@@ -274,14 +290,14 @@ class Flow(eqx.Module):
     head: jax.Array  # (R, 2): mu and log s
     bias_head: jax.Array
 
-    def __init__(self, bands: int, channels: int = 16, layers: int = 6, cycle: int = 6, *,
-                 key: jax.Array):
+    def __init__(self, bands: int, channels: int = 16, layers: int = 6, cycle: int = 6,
+                 log_scale: float = 0.0, *, key: jax.Array):
         keys = jax.random.split(key, layers + 2)
         self.embed = _dense(keys[0], (1, channels), 1)
         self.layers = [ResidualLayer(channels, channels, 1, bands, 2 ** (i % cycle),
                                      key=keys[1 + i]) for i in range(layers)]
         self.head = _dense(keys[-1], (channels, 2), channels) * 0.01
-        self.bias_head = jnp.zeros(2)
+        self.bias_head = jnp.array([0.0, log_scale])  # starts near x = z exp(log_scale)
 
     def shift_and_log_scale(self, z: jax.Array, cond: jax.Array) -> tuple[jax.Array, jax.Array]:
         """``(mu, log s)`` ``(T,)``: row ``t`` depends on ``z[:t]`` and ``cond`` only."""
@@ -314,14 +330,18 @@ class Student(eqx.Module):
 
     flows: list[Flow]
     base: str = eqx.field(static=True)  # "logistic" (Parallel WaveNet) or "gaussian" (ClariNet)
+    sample_rate: int = eqx.field(static=True)
 
     def __init__(self, bands: int, flows: int = 4, channels: int = 16, layers: int = 6,
-                 cycle: int = 6, base: str = "logistic", *, key: jax.Array):
+                 cycle: int = 6, base: str = "logistic", log_scale: float = 0.0,
+                 sample_rate: int = 8000, *, key: jax.Array):
+        """``log_scale``: the composite ``log S_t`` the stack starts near (shared equally by
+        the flows): audio in [-1, 1] wants a scale well below the base noise's 1."""
         if base not in ("logistic", "gaussian"):
             raise ValueError(f"unknown base distribution {base!r}; use logistic or gaussian")
-        self.flows = [Flow(bands, channels, layers, cycle, key=k)
+        self.flows = [Flow(bands, channels, layers, cycle, log_scale / flows, key=k)
                       for k in jax.random.split(key, flows)]
-        self.base = base
+        self.base, self.sample_rate = base, sample_rate
 
     def noise(self, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
         """Standard draws of the base distribution."""
@@ -360,3 +380,23 @@ def logistic_noise(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 def logistic_entropy(log_scale: jax.Array) -> jax.Array:
     """Differential entropy (nats) of a logistic of scale ``exp(log_scale)``: ``log s + 2``."""
     return log_scale + 2.0
+
+
+def bands_of(model: WaveNet | Student) -> int:
+    """The mel bands a teacher or student was built for."""
+    layer = model.layers[0] if isinstance(model, WaveNet) else model.flows[0].layers[0]
+    return layer.cond.shape[-2]
+
+
+def check_conditioning(model: WaveNet | Student, cond: jax.Array, sample_rate: int) -> None:
+    """A one-line ValueError when ``cond`` ``(..., T, bands)`` at ``sample_rate`` is not what
+    ``model`` was built for (before anything is traced with it)."""
+    name = type(model).__name__
+    if sample_rate != model.sample_rate:
+        raise ValueError(f"audio at {sample_rate} Hz, but the {name} was built for "
+                         f"{model.sample_rate} Hz; resample the audio or build the model with "
+                         f"sample_rate={sample_rate}")
+    if cond.shape[-1] != bands_of(model):
+        raise ValueError(f"conditioning has {cond.shape[-1]} mel bands, but the {name} was "
+                         f"built for {bands_of(model)}; compute log_mel with "
+                         f"bands={bands_of(model)}")

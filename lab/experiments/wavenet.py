@@ -1,0 +1,695 @@
+"""Parallel WaveNet (arXiv 1711.10433): Probability Density Distillation of an autoregressive
+WaveNet teacher into a parallel inverse-autoregressive-flow student, on speech made here.
+
+The studies of notebook 13, each a function of a ``Setup`` (the notebook's parameters):
+
+1. ``train_teacher``: a conditional WaveNet with a discretised mixture of logistics, trained by
+   teacher forcing on random crops of the training utterances; its held-out NLL in bits per
+   sample. ``train_teacher(..., output="gaussian")`` is ClariNet's single-Gaussian teacher.
+2. ``train_student``: each variant of ``VARIANTS`` distilled from its teacher (frozen):
+   ``student`` (KL estimate with ``draws`` draws per step and the power loss), ``no_power``
+   (without it), ``draws_<M>`` (``M`` draws), ``clarinet`` (Gaussian student, closed-form KL,
+   from the Gaussian teacher).
+3. ``quality``: on held-out utterances (text and voice never trained on), every model samples
+   with the real utterance's conditioning; the proxies per source (real audio, teachers,
+   students): the teacher's NLL of the samples, the entropy, the KL estimate, the
+   log-spectral distance to the real utterance and the energy ratio.
+4. ``sampling_speed``: samples per second of the naive teacher, the cached teacher and the
+   student, against length (at the teacher's width) and against width (at the longest
+   length), with untrained weights (the cost does not depend on them).
+"""
+
+import dataclasses
+import functools
+import re
+import time
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from lab.data import speech
+from lab.experiments.claims import Claim, verdict_of
+from lab.experiments.claims import summary as claims_summary
+from lab.experiments.params import with_preset
+from lab.models.wavenet import (
+    Student,
+    WaveNet,
+    check_conditioning,
+    quantise,
+    sample_cached,
+    sample_naive,
+)
+from lab.train import wavenet as train
+
+VARIANTS = ("student", "no_power", "draws_1", "draws_32", "clarinet")
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    # 5x the training, a wider teacher, every held-out utterance: about 35 minutes here
+    "claim": {"teacher_steps": 8000, "teacher_channels": 32, "student_steps": 2000,
+              "eval_utterances": 16, "timing_lengths": [1000, 4000, 16000, 64000]},
+    # the same at 16 kHz (the mel frames keep their 8 ms hop and 32 ms window)
+    "rate_16k": {"sample_rate": 16000},
+}
+PARAMETERS = ("preset", "sample_rate", "bands", "sentences", "held_out", "teacher_channels",
+              "teacher_layers", "cycle", "mixtures", "teacher_steps", "teacher_lr", "flows",
+              "student_channels", "student_layers", "student_steps", "student_lr", "batch",
+              "length", "chunk", "draws", "power_weight", "variants", "eval_utterances",
+              "timing_lengths", "timing_widths", "timing_steps", "seed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """The notebook's parameters, validated."""
+
+    sample_rate: int  # of lab.data.speech.SAMPLE_RATES
+    bands: int  # log-mel bands of the conditioning
+    sentences: tuple[str, ...]  # what espeak-ng speaks, each in every voice
+    held_out: int  # the last sentences, never trained on
+    teacher_channels: int  # residual = gate channels; skip channels are twice that
+    teacher_layers: int
+    cycle: int  # dilations 1, 2, ..., 2 ** (cycle - 1), repeated
+    mixtures: int  # logistics in the teacher's output mixture
+    teacher_steps: int
+    teacher_lr: float  # Adam
+    flows: int  # inverse autoregressive flows in the student
+    student_channels: int
+    student_layers: int  # per flow
+    student_steps: int
+    student_lr: float
+    batch: int  # crops per step
+    length: int  # samples per crop
+    chunk: int  # steps per compiled call (and per held-out evaluation)
+    draws: int  # M: draws per step of the KL estimate (the ``student`` variant)
+    power_weight: float
+    variants: tuple[str, ...]
+    eval_utterances: int  # held-out utterances the quality proxies are measured on
+    timing_lengths: tuple[int, ...]  # samples per timed utterance
+    timing_widths: tuple[int, ...]  # residual channels of the timed models
+    timing_steps: int  # naive teacher's samples timed at most (the rest scaled)
+    seed: int
+
+    @property
+    def hop(self) -> int:
+        """Mel frame hop: 8 ms."""
+        return self.sample_rate // 125
+
+    @property
+    def frame(self) -> int:
+        """Mel (and power loss) window: 32 ms."""
+        return 4 * self.hop
+
+    @property
+    def receptive_field(self) -> int:
+        return sum(2 ** (i % self.cycle) for i in range(self.teacher_layers)) + 1
+
+
+def draws_of(variant: str, setup_draws: int) -> int:
+    """M for a variant: ``draws_<M>``, or the setup's ``draws``."""
+    match = re.fullmatch(r"draws_(\d+)", variant)
+    return int(match.group(1)) if match else setup_draws
+
+
+def configure(**params: Any) -> Setup:
+    """The notebook's parameters as a ``Setup``; a one-line ValueError naming a bad value,
+    before anything is computed (espeak-ng and sox are looked for here too)."""
+    p = with_preset(params, PRESETS)
+    if p["sample_rate"] not in speech.SAMPLE_RATES:
+        raise ValueError(f"sample_rate {p['sample_rate']} is not one the speech data is made "
+                         f"at; use one of {', '.join(map(str, speech.SAMPLE_RATES))}")
+    sentences = speech.SENTENCES if p["sentences"] is None else tuple(p["sentences"])
+    if not sentences:
+        raise ValueError("the sentence list is empty; give at least one sentence, or None "
+                         "for lab.data.speech.SENTENCES")
+    if any(not str(s).strip() for s in sentences):
+        raise ValueError("a sentence is empty; give every sentence some words")
+    if not 0 < p["held_out"] < len(sentences):
+        raise ValueError(f"held_out {p['held_out']} must leave some of the {len(sentences)} "
+                         "sentences on each side")
+    for name in ("bands", "teacher_channels", "teacher_layers", "cycle", "mixtures", "flows",
+                 "student_channels", "student_layers", "batch", "chunk", "draws",
+                 "eval_utterances", "timing_steps"):
+        if p[name] < 1:
+            raise ValueError(f"{name} must be at least 1, got {p[name]}")
+    frame = 4 * (p["sample_rate"] // 125)
+    empty = int((speech.mel_filterbank(p["sample_rate"], frame, p["bands"]).sum(1) == 0).sum())
+    if empty:
+        raise ValueError(f"bands {p['bands']} leaves {empty} mel filters empty at "
+                         f"{p['sample_rate']} Hz with {frame}-sample frames; use fewer bands")
+    for name in ("teacher_steps", "student_steps"):
+        if p[name] < p["chunk"] or p[name] % p["chunk"]:
+            raise ValueError(f"{name} {p[name]} must be a positive multiple of chunk "
+                             f"{p['chunk']}")
+    if p["length"] < frame:
+        raise ValueError(f"length {p['length']} is shorter than one {frame}-sample frame of "
+                         "the power loss; use longer crops")
+    for name in ("teacher_lr", "student_lr"):
+        if p[name] <= 0:
+            raise ValueError(f"{name} must be positive, got {p[name]}")
+    if p["power_weight"] < 0:
+        raise ValueError(f"power_weight must be at least 0, got {p['power_weight']}")
+    for variant in p["variants"]:
+        if variant not in VARIANTS and not re.fullmatch(r"draws_[1-9]\d*", variant):
+            raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)} "
+                             "or draws_<M>")
+    if not p["timing_lengths"] or min(p["timing_lengths"]) < 1:
+        raise ValueError(f"timing_lengths must be positive sample counts, got "
+                         f"{p['timing_lengths']}")
+    if not p["timing_widths"] or min(p["timing_widths"]) < 1:
+        raise ValueError(f"timing_widths must be positive channel counts, got "
+                         f"{p['timing_widths']}")
+    speech.versions()  # a missing espeak-ng or sox: the error names the Debian package
+    return Setup(p["sample_rate"], p["bands"], sentences, p["held_out"],
+                 p["teacher_channels"], p["teacher_layers"], p["cycle"], p["mixtures"],
+                 p["teacher_steps"], float(p["teacher_lr"]), p["flows"],
+                 p["student_channels"], p["student_layers"], p["student_steps"],
+                 float(p["student_lr"]), p["batch"], p["length"], p["chunk"], p["draws"],
+                 float(p["power_weight"]), tuple(p["variants"]), p["eval_utterances"],
+                 tuple(p["timing_lengths"]), tuple(p["timing_widths"]), p["timing_steps"],
+                 p["seed"])
+
+
+# data ---------------------------------------------------------------------------------------
+
+class Corpus(NamedTuple):
+    """The training utterances end to end (``train.corpus``) and the held-out ones."""
+
+    audio: np.ndarray  # (samples,) the training utterances with silent gaps
+    cond: np.ndarray  # (samples, bands)
+    held_out: list  # of lab.data.speech.Utterance
+    held_out_cond: list  # (T_i, bands) each
+    train_utterances: int
+    train_seconds: float
+
+
+def conditioning(audio: np.ndarray, setup: Setup) -> np.ndarray:
+    """``(T, bands)`` log-mel frames of ``audio`` upsampled to the sample rate."""
+    frames = speech.log_mel(audio, setup.sample_rate, setup.bands, setup.frame, setup.hop)
+    return speech.upsample(frames, setup.hop, len(audio)).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=2)
+def _corpus(setup: Setup) -> Corpus:
+    items = speech.utterances(setup.sample_rate, setup.sentences)
+    kept, held = speech.split(items, setup.held_out)
+    audio, cond = train.corpus([(u.audio, conditioning(u.audio, setup)) for u in kept],
+                               setup.receptive_field + 1)
+    return Corpus(audio, cond, held, [conditioning(u.audio, setup) for u in held], len(kept),
+                  sum(len(u.audio) for u in kept) / setup.sample_rate)
+
+
+def corpus(setup: Setup) -> Corpus:
+    """The setup's speech (made once, then read from the cache)."""
+    return _corpus(setup)
+
+
+def evaluation_set(setup: Setup, data: Corpus) -> dict[str, Any]:
+    """The first ``eval_utterances`` held-out utterances, spread over texts and voices
+    (utterance ``i`` speaks held-out sentence ``i mod S`` in voice ``(i + i // S) mod V``),
+    padded with silence to one length: ``audio (n, T)``, ``cond (n, T, bands)``, ``lengths``."""
+    voices = len(speech.VOICES)
+    texts = len(data.held_out) // voices
+    count = min(setup.eval_utterances, len(data.held_out))
+    index = [(i % texts) * voices + (i + i // texts) % voices for i in range(count)]
+    lengths = np.array([len(data.held_out[i].audio) for i in index])
+    audio = np.zeros((count, lengths.max()), np.float32)
+    cond = np.zeros((count, lengths.max(), setup.bands), np.float32)
+    for row, i in enumerate(index):
+        audio[row, :lengths[row]] = data.held_out[i].audio
+        cond[row, :lengths[row]] = data.held_out_cond[i]
+    return {"audio": audio, "cond": cond, "lengths": lengths,
+            "texts": [data.held_out[i].text for i in index],
+            "voices": [f"{data.held_out[i].voice} pitch {data.held_out[i].pitch}"
+                       for i in index]}
+
+
+# models -------------------------------------------------------------------------------------
+
+def build_teacher(setup: Setup, key: jax.Array, output: str = "mixture",
+                  width: int | None = None) -> WaveNet:
+    width = setup.teacher_channels if width is None else width
+    return WaveNet(setup.bands, channels=width, gate=width, skip=2 * width,
+                   layers=setup.teacher_layers, cycle=setup.cycle, mixtures=setup.mixtures,
+                   output=output, sample_rate=setup.sample_rate, key=key)
+
+
+def build_student(setup: Setup, key: jax.Array, base: str = "logistic",
+                  width: int | None = None) -> Student:
+    return Student(setup.bands, flows=setup.flows,
+                   channels=setup.student_channels if width is None else width,
+                   layers=setup.student_layers, cycle=setup.student_layers, base=base,
+                   log_scale=-4.0, sample_rate=setup.sample_rate, key=key)
+
+
+def parameter_count(model: eqx.Module) -> int:
+    return sum(a.size for a in jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array)))
+
+
+def _mask(lengths: jax.Array, size: int) -> jax.Array:
+    return (jnp.arange(size)[None] < lengths[:, None]).astype(jnp.float32)
+
+
+@eqx.filter_jit
+def teacher_bits(teacher: WaveNet, audio: jax.Array, cond: jax.Array,
+                 lengths: jax.Array) -> jax.Array:
+    """``(n,)`` the teacher's NLL in bits per sample of each padded utterance over its own
+    length (teacher forcing; the padding comes after, so it changes nothing before it)."""
+    log_p = jax.vmap(lambda x, c: teacher.output_log_prob(teacher(x, c), x))(audio, cond)
+    mask = _mask(lengths, audio.shape[1])
+    return -(log_p * mask).sum(1) / (lengths * np.log(2.0))
+
+
+# 1. the teacher -------------------------------------------------------------------------------
+
+def _train(setup: Setup, model: eqx.Module, loss, steps: int, lr: float, data: Corpus,
+           frozen=None, on_chunk=None, evaluate=None) -> dict[str, Any]:
+    optimizer = optax.adam(lr)
+    run = train.make_train(loss, optimizer, setup.batch, setup.length, setup.chunk)
+    state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
+    audio, cond = jnp.asarray(data.audio), jnp.asarray(data.cond)
+    key = jax.random.key(setup.seed + 1)
+    losses, aux, evaluations = [], [], []
+    begin = time.perf_counter()
+    for i in range(steps // setup.chunk):
+        model, state, values, extra = run(model, state, audio, cond,
+                                          jax.random.fold_in(key, i), frozen)
+        losses.append(np.asarray(values))
+        aux.append({k: np.asarray(v) for k, v in extra.items()})
+        if evaluate is not None:
+            evaluations.append(evaluate(model))
+        if on_chunk is not None:
+            on_chunk((i + 1) * setup.chunk, float(values.mean()),
+                     evaluations[-1] if evaluations else None)
+    return {"model": model, "steps": list(range(1, steps + 1)),
+            "loss": np.concatenate(losses).tolist(),
+            "aux": {k: np.concatenate([a[k] for a in aux]).tolist() for k in aux[0]},
+            "evaluated_at": [(i + 1) * setup.chunk for i in range(steps // setup.chunk)],
+            "evaluations": evaluations, "seconds": time.perf_counter() - begin,
+            "parameters": parameter_count(model)}
+
+
+def train_teacher(setup: Setup, data: Corpus, output: str = "mixture",
+                  on_chunk=None) -> dict[str, Any]:
+    """The teacher trained by teacher forcing on random crops (``loss`` in bits per sample);
+    after every ``chunk`` steps its NLL on every held-out utterance (``evaluations``: the
+    mean in bits per sample). ``on_chunk(step, loss, held_out_bits)``."""
+    key = jax.random.key(setup.seed)
+    model = build_teacher(setup, key, output)  # eager: fast to compile
+    audio, cond, lengths = held_out_arrays(setup, data)
+    check_conditioning(model, cond, setup.sample_rate)
+
+    def evaluate(model):
+        return float(np.average(np.asarray(teacher_bits(model, audio, cond, lengths)),
+                                weights=np.asarray(lengths)))
+
+    out = _train(setup, model, train.teacher_loss, setup.teacher_steps, setup.teacher_lr, data,
+                 on_chunk=on_chunk, evaluate=evaluate)
+    return out | {"output": output, "held_out_bits": out["evaluations"][-1],
+                  "receptive_field": out["model"].receptive_field}
+
+
+def held_out_arrays(setup: Setup, data: Corpus) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Every held-out utterance padded with silence to one length: ``(audio (n, T), cond
+    (n, T, bands), lengths (n,))``."""
+    lengths = np.array([len(u.audio) for u in data.held_out])
+    audio = np.zeros((len(lengths), lengths.max()), np.float32)
+    cond = np.zeros((len(lengths), lengths.max(), setup.bands), np.float32)
+    for i, (u, c) in enumerate(zip(data.held_out, data.held_out_cond, strict=True)):
+        audio[i, :len(u.audio)], cond[i, :len(u.audio)] = u.audio, c
+    return jnp.asarray(audio), jnp.asarray(cond), jnp.asarray(lengths)
+
+
+# 2. the students ------------------------------------------------------------------------------
+
+def teacher_of(variant: str) -> str:
+    """Which teacher a variant distils: ClariNet's Gaussian one, or the mixture one."""
+    return "gaussian" if variant == "clarinet" else "mixture"
+
+
+def student_loss(setup: Setup, variant: str):
+    """The variant's ``loss(student, key, real crop, cond crop, teacher) -> (value, aux)``."""
+    if variant == "clarinet":
+        return lambda s, k, x, c, teacher: train.gaussian_distillation_loss(
+            s, teacher, k, c, x, setup.power_weight)
+    draws = draws_of(variant, setup.draws)
+    weight = 0.0 if variant == "no_power" else setup.power_weight
+    return lambda s, k, x, c, teacher: train.distillation_loss(s, teacher, k, c, x, draws,
+                                                               weight)
+
+
+def train_student(setup: Setup, variant: str, teacher: WaveNet, data: Corpus,
+                  on_chunk=None) -> dict[str, Any]:
+    """One variant distilled from ``teacher`` (frozen). Every variant starts from the same
+    initial student and sees the same crops: they differ only in their loss. ``aux`` holds
+    the per-step KL (nats per sample), entropy, cross-entropy and power loss."""
+    key = jax.random.key(setup.seed + 2)
+    student = build_student(setup, key, "gaussian" if variant == "clarinet" else "logistic")
+    check_conditioning(student, jnp.asarray(data.cond[:1]), setup.sample_rate)
+    out = _train(setup, student, student_loss(setup, variant), setup.student_steps,
+                 setup.student_lr, data, frozen=teacher, on_chunk=on_chunk)
+    return out | {"variant": variant, "draws": draws_of(variant, setup.draws),
+                  "power_weight": 0.0 if variant == "no_power" else setup.power_weight}
+
+
+# 3. quality proxies ---------------------------------------------------------------------------
+
+LSD_FLOOR = 1e-8  # power floor of the log spectra (-80 dB of full scale)
+ACTIVE = 1e-4  # frames within 40 dB of the real utterance's loudest count towards the LSD
+
+
+def log_spectral_distance(x: np.ndarray, y: np.ndarray, frame: int, hop: int) -> float:
+    """Mean over ``y``'s active frames (power within 40 dB of its loudest) of the RMS over
+    frequency of ``10 log10 |STFT x|^2 - 10 log10 |STFT y|^2``, in dB."""
+    px = np.asarray(train.stft_power(jnp.asarray(x), frame, hop))
+    py = np.asarray(train.stft_power(jnp.asarray(y), frame, hop))
+    energy = py.sum(1)
+    active = energy >= ACTIVE * energy.max()
+    diff = 10 * np.log10(px + LSD_FLOOR) - 10 * np.log10(py + LSD_FLOOR)
+    return float(np.sqrt((diff[active] ** 2).mean(1)).mean())
+
+
+@eqx.filter_jit
+def _teacher_samples(teacher: WaveNet, key: jax.Array, cond: jax.Array) -> jax.Array:
+    keys = jax.random.split(key, cond.shape[0])
+    return jax.vmap(lambda k, c: sample_cached(teacher, k, c))(keys, cond)
+
+
+@eqx.filter_jit
+def _student_samples(student: Student, key: jax.Array, cond: jax.Array):
+    keys = jax.random.split(key, cond.shape[0])
+    return jax.vmap(lambda k, c: train.student_sample(student, k, c))(keys, cond)
+
+
+@eqx.filter_jit
+def _kl_per_step(student: Student, teacher: WaveNet, key: jax.Array, x: jax.Array,
+                 mean: jax.Array, log_scale: jax.Array, cond: jax.Array,
+                 draws: int = 32) -> jax.Array:
+    """``(n, T)`` the per-step KL of each student step against the teacher given the
+    student's sample: ``draws``-sample estimate (logistic student, mixture teacher) or the
+    closed form (Gaussian student and teacher)."""
+    params = jax.vmap(teacher)(x, cond)
+    if student.base == "gaussian":
+        return train.gaussian_kl(mean, log_scale, params[..., 0],
+                                 jnp.maximum(params[..., 1], -16.0))
+    noise = student.noise(key, (draws,) + mean.shape)
+    samples = mean + jnp.exp(log_scale) * noise
+    cross = -jnp.mean(train.mixture_log_density(params, samples), axis=0)
+    return cross - student.entropy(log_scale)
+
+
+def _masked_mean(values: jax.Array, lengths: np.ndarray) -> np.ndarray:
+    mask = np.arange(values.shape[1])[None] < lengths[:, None]
+    return (np.asarray(values) * mask).sum(1) / lengths
+
+
+def quality(setup: Setup, data: Corpus, teachers: dict[str, dict],
+            students: dict[str, dict]) -> dict[str, Any]:
+    """The proxies on the evaluation set (``evaluation_set``) for the real audio, each
+    teacher's samples and each student's, all conditioned on the real utterances' log-mels.
+    Per source and utterance: ``bits`` (the NLL of the audio under its teacher, bits per
+    sample), ``entropy_bits`` (a student's per-step entropy in closed form, a teacher's
+    estimated by the NLL of its own samples; both for the 16-bit grid: differential entropy
+    + log2 of the bins per unit), ``kl`` (nats per sample; 0 for a teacher against itself),
+    ``lsd`` (dB, to the real utterance) and ``energy`` (the sample's mean power over the
+    real one's)."""
+    ev = evaluation_set(setup, data)
+    audio, cond, lengths = jnp.asarray(ev["audio"]), jnp.asarray(ev["cond"]), ev["lengths"]
+    key = jax.random.key(setup.seed + 3)
+    grid = np.log((65536 - 1) / 2.0)  # nats: the 16-bit grid's bins per unit of amplitude
+    sources: dict[str, dict[str, Any]] = {}
+    samples: dict[str, np.ndarray] = {"real": ev["audio"]}
+    scorer: dict[str, str] = {"real": "mixture"}
+
+    def score(name: str, x: jax.Array, kind: str, entropy=None, kl=None):
+        teacher = teachers[kind]["model"]
+        bits = np.asarray(teacher_bits(teacher, x, cond, jnp.asarray(lengths)))
+        x = np.asarray(x)
+        samples[name], scorer[name] = x, kind
+        sources[name] = {
+            "bits": bits.tolist(),
+            "entropy_bits": None if entropy is None else entropy.tolist(),
+            "kl": None if kl is None else kl.tolist(),
+            "lsd": [log_spectral_distance(x[i, :n], ev["audio"][i, :n], setup.frame, setup.hop)
+                    for i, n in enumerate(lengths)],
+            "energy": [float((x[i, :n] ** 2).mean() / (ev["audio"][i, :n] ** 2).mean())
+                       for i, n in enumerate(lengths)]}
+
+    score("real", audio, "mixture")
+    sources["real"]["lsd"] = [0.0] * len(lengths)
+    for kind, run in teachers.items():
+        name = "teacher" if kind == "mixture" else "gaussian_teacher"
+        check_conditioning(run["model"], cond, setup.sample_rate)
+        x = _teacher_samples(run["model"], jax.random.fold_in(key, len(name)), cond)
+        bits = np.asarray(teacher_bits(run["model"], x, cond, jnp.asarray(lengths)))
+        score(name, x, kind, entropy=bits, kl=np.zeros(len(lengths)))
+    for variant, run in students.items():
+        kind = teacher_of(variant)
+        student = run["model"]
+        x, mean, log_scale = _student_samples(student, jax.random.fold_in(key, 7), cond)
+        entropy = (_masked_mean(student.entropy(log_scale), lengths) + grid) / np.log(2.0)
+        kl = _masked_mean(_kl_per_step(student, teachers[kind]["model"],
+                                       jax.random.fold_in(key, 8), x, mean, log_scale, cond),
+                          lengths)
+        score(variant, quantise(x), kind, entropy=entropy, kl=kl)
+    return {"sources": sources, "samples": samples, "scorer": scorer,
+            "lengths": lengths.tolist(), "texts": ev["texts"], "voices": ev["voices"]}
+
+
+# 4. sampling speed ----------------------------------------------------------------------------
+
+def _best_seconds(run, *args, repeats: int = 1) -> float:
+    jax.block_until_ready(run(*args))  # compiles
+    best = np.inf
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        jax.block_until_ready(run(*args))
+        best = min(best, time.perf_counter() - begin)
+    return best
+
+
+_naive = eqx.filter_jit(sample_naive)
+_cached = eqx.filter_jit(sample_cached)
+_student = eqx.filter_jit(lambda s, k, c: train.student_sample(s, k, c)[0])
+
+
+def time_samplers(setup: Setup, length: int, width: int, repeats: int = 1) -> dict[str, Any]:
+    """Seconds to sample one utterance of ``length`` samples with each sampler, at residual
+    width ``width`` (teacher and student; untrained weights). The naive teacher is timed over
+    its first ``min(length, timing_steps)`` samples and scaled: every one of its steps is the
+    same evaluation of the receptive field."""
+    key = jax.random.key(setup.seed)
+    teacher = build_teacher(setup, key, width=width)
+    student = build_student(setup, key, width=width)
+    cond = jax.random.normal(key, (length, setup.bands))
+    steps = min(length, setup.timing_steps)
+    seconds = {"naive": _best_seconds(_naive, teacher, key, cond[:steps], repeats=repeats)
+               * length / steps,
+               "cached": _best_seconds(_cached, teacher, key, cond, repeats=repeats),
+               "student": _best_seconds(_student, student, key, cond, repeats=repeats)}
+    return {"length": length, "width": width, "seconds": seconds,
+            "samples_per_second": {k: length / v for k, v in seconds.items()},
+            "real_time_factor": {k: length / v / setup.sample_rate for k, v in seconds.items()},
+            "naive_measured": steps, "teacher_parameters": parameter_count(teacher),
+            "student_parameters": parameter_count(student)}
+
+
+def sampling_speed(setup: Setup, on_row=None) -> dict[str, Any]:
+    """``by_length`` (the teacher's width) and ``by_width`` (the longest length) rows of
+    ``time_samplers``; ``on_row(row)`` sees each."""
+    def timed(length, width):
+        row = time_samplers(setup, length, width)
+        if on_row is not None:
+            on_row(row)
+        return row
+    by_length = [timed(n, setup.teacher_channels) for n in setup.timing_lengths]
+    longest = max(setup.timing_lengths)
+    by_width = [next(r for r in by_length if r["length"] == longest) if w ==
+                setup.teacher_channels else timed(longest, w) for w in setup.timing_widths]
+    return {"by_length": by_length, "by_width": by_width}
+
+
+# the verdict ---------------------------------------------------------------------------------
+
+# Thresholds, (holds, weakly), declared before any run
+FASTER = (10.0, 3.0)  # "many times faster": the student over the cached teacher, longest length
+CLOSE_BITS = (0.5, 1.0)  # "close": teacher NLL of samples and entropy, bits per sample apart
+CLOSE_LSD = (1.10, 1.25)  # and log-spectral distance over the teacher's
+DROP_LSD = 1.10  # "quality drops": LSD 10% worse without the power loss
+
+
+def _mean(values) -> float | None:
+    return None if values is None else float(np.mean(values))
+
+
+def verdict(setup: Setup, teachers: dict[str, dict], students: dict[str, dict],
+            proxies: dict[str, Any], speed: dict[str, Any], data: Corpus) -> dict[str, Any]:
+    """Every metric of the run and the claims' booleans (None: not testable)."""
+    m: dict[str, Any] = {"sample_rate": setup.sample_rate, "bands": setup.bands,
+                         "train_utterances": data.train_utterances,
+                         "train_seconds_of_audio": data.train_seconds,
+                         "held_out_utterances": len(data.held_out),
+                         "eval_utterances": len(proxies["lengths"]),
+                         "provenance": speech.provenance()}
+    for kind, run in teachers.items():
+        name = "teacher" if kind == "mixture" else "gaussian_teacher"
+        m[f"{name}_held_out_bits"] = run["held_out_bits"]
+        m[f"{name}_parameters"] = run["parameters"]
+        m[f"{name}_train_seconds"] = run["seconds"]
+        m[f"{name}_receptive_field"] = run["receptive_field"]
+    for variant, run in students.items():
+        m[f"{variant}_parameters"] = run["parameters"]
+        m[f"{variant}_train_seconds"] = run["seconds"]
+        tail = np.asarray(run["aux"]["kl"][-setup.chunk:])
+        m[f"{variant}_train_kl"] = {"mean": float(tail.mean()), "std": float(tail.std())}
+    table = {}
+    for name, row in proxies["sources"].items():
+        table[name] = {k: _mean(v) for k, v in row.items()} | {
+            "lsd_std": float(np.std(row["lsd"])), "scored_by": proxies["scorer"][name]}
+    m["quality"] = table
+
+    if "teacher" in table and "student" in table:
+        t, s = table["teacher"], table["student"]
+        m["student_bits_gap"] = s["bits"] - t["bits"]
+        m["student_entropy_gap"] = s["entropy_bits"] - t["entropy_bits"]
+        m["student_lsd_ratio"] = s["lsd"] / t["lsd"]
+        gaps = (abs(m["student_bits_gap"]), abs(m["student_entropy_gap"]))
+        m["claim_quality_close"] = bool(max(gaps) <= CLOSE_BITS[1]
+                                        and m["student_lsd_ratio"] <= CLOSE_LSD[1])
+        m["quality_weakly"] = bool(max(gaps) > CLOSE_BITS[0]
+                                   or m["student_lsd_ratio"] > CLOSE_LSD[0])
+    if "student" in table and "no_power" in table:
+        s, n = table["student"], table["no_power"]
+        m["no_power_lsd_ratio"] = n["lsd"] / s["lsd"]
+        m["energy_log_gap"] = {name: abs(float(np.log(table[name]["energy"])))
+                               for name in ("student", "no_power")}
+        worse_lsd = m["no_power_lsd_ratio"] > 1.0
+        worse_energy = m["energy_log_gap"]["no_power"] > m["energy_log_gap"]["student"]
+        m["claim_power_loss_needed"] = bool(worse_lsd or worse_energy)
+        m["power_weakly"] = not (m["no_power_lsd_ratio"] >= DROP_LSD and worse_energy)
+    if "clarinet" in table and "gaussian_teacher" in table:
+        t, s = table["gaussian_teacher"], table["clarinet"]
+        m["clarinet_bits_gap"] = s["bits"] - t["bits"]
+        m["clarinet_entropy_gap"] = s["entropy_bits"] - t["entropy_bits"]
+        m["clarinet_lsd_ratio"] = s["lsd"] / t["lsd"]
+    draws = sorted((draws_of(v, setup.draws), v) for v in students if v not in
+                   ("no_power", "clarinet"))
+    m["kl_by_draws"] = {str(d): {"held_out_kl": table[v]["kl"],
+                                 "train_kl_std": m[f"{v}_train_kl"]["std"]} for d, v in draws}
+
+    rows = speed["by_length"]
+    m["timing_lengths"] = [r["length"] for r in rows]
+    for key in ("samples_per_second", "real_time_factor"):
+        m[key] = {sampler: {str(r["length"]): r[key][sampler] for r in rows}
+                  for sampler in ("naive", "cached", "student")}
+        m[f"{key}_by_width"] = {sampler: {str(r["width"]): r[key][sampler]
+                                          for r in speed["by_width"]}
+                                for sampler in ("naive", "cached", "student")}
+    ratios = [r["seconds"]["cached"] / r["seconds"]["student"] for r in rows]
+    m["student_over_cached"] = dict(zip(map(str, m["timing_lengths"]), ratios, strict=True))
+    m["student_over_naive"] = {str(r["length"]): r["seconds"]["naive"] / r["seconds"]["student"]
+                               for r in rows}
+    m["student_over_cached_by_width"] = {
+        str(r["width"]): r["seconds"]["cached"] / r["seconds"]["student"]
+        for r in speed["by_width"]}
+    m["claim_student_faster"] = bool(ratios[-1] >= FASTER[1])
+    m["faster_weakly"] = bool(ratios[-1] < FASTER[0])
+    steps = np.diff(ratios)
+    m["claim_ratio_grows"] = None if len(ratios) < 2 else bool(ratios[-1] > ratios[0])
+    m["growth_weakly"] = bool(len(ratios) < 2 or not np.all(steps > 0))
+    return m
+
+
+def _speed_numbers(m: dict) -> dict[str, Any]:
+    out = {f"{n} samples: cached / student seconds": v for n, v in m["student_over_cached"].items()}
+    out |= {f"{n} samples: naive / student seconds": v for n, v in m["student_over_naive"].items()}
+    longest = str(m["timing_lengths"][-1])
+    out |= {f"{s} real-time factor at {longest} samples": m["real_time_factor"][s][longest]
+            for s in ("naive", "cached", "student")}
+    return out
+
+
+def summary(m: dict[str, Any], setup: Setup) -> dict[str, Any]:
+    """The claims, study and headline for ``record``."""
+    claims = [
+        Claim("student_faster",
+              f"The student samples many times faster than the cached teacher: {FASTER[0]:g}x "
+              f"or more at the longest length (weakly: {FASTER[1]:g}x)",
+              verdict_of(m["claim_student_faster"], weakly=m["faster_weakly"]),
+              _speed_numbers(m)),
+        Claim("ratio_grows",
+              "The student's speed-up over the cached teacher grows with the length sampled "
+              "(weakly: it grows from the shortest to the longest, but not at every length)",
+              verdict_of(m["claim_ratio_grows"], weakly=m["growth_weakly"]),
+              _speed_numbers(m))]
+    if "claim_quality_close" in m:
+        q = m["quality"]
+        claims.append(Claim(
+            "quality_close",
+            f"The student's quality proxies are close to the teacher's: the teacher's NLL of "
+            f"its samples and its entropy within {CLOSE_BITS[0]:g} bits per sample of the "
+            f"teacher's own, its log-spectral distance to the real utterance within "
+            f"{CLOSE_LSD[0] - 1:.0%} (weakly: {CLOSE_BITS[1]:g} bit, {CLOSE_LSD[1] - 1:.0%})",
+            verdict_of(m["claim_quality_close"], weakly=m["quality_weakly"]),
+            {"teacher NLL of student samples (bits/sample)": q["student"]["bits"],
+             "of teacher samples": q["teacher"]["bits"],
+             "of real held-out audio": q["real"]["bits"],
+             "student entropy (bits/sample)": q["student"]["entropy_bits"],
+             "teacher entropy (bits/sample)": q["teacher"]["entropy_bits"],
+             "student KL (nats/sample)": q["student"]["kl"],
+             "LSD student (dB)": q["student"]["lsd"], "LSD teacher (dB)": q["teacher"]["lsd"],
+             "energy ratio student, teacher": f"{q['student']['energy']:.3g}, "
+                                              f"{q['teacher']['energy']:.3g}"}))
+    if "claim_power_loss_needed" in m:
+        q = m["quality"]
+        claims.append(Claim(
+            "power_loss_needed",
+            "Without the power loss the student's quality drops: its log-spectral distance is "
+            f"{DROP_LSD - 1:.0%} worse and its energy further from the real audio's (weakly: "
+            "one of the two)",
+            verdict_of(m["claim_power_loss_needed"], weakly=m["power_weakly"]),
+            {"LSD with power loss (dB)": q["student"]["lsd"],
+             "LSD without (dB)": q["no_power"]["lsd"],
+             "energy ratio with": q["student"]["energy"],
+             "energy ratio without": q["no_power"]["energy"],
+             "KL with (nats/sample)": q["student"]["kl"],
+             "KL without": q["no_power"]["kl"]}))
+    headline = [k for k in ("teacher_held_out_bits", "student_bits_gap", "student_entropy_gap",
+                            "student_lsd_ratio", "no_power_lsd_ratio") if k in m]
+    return claims_summary(
+        paper="van den Oord, Li, Babuschkin, Simonyan, Vinyals, Kavukcuoglu, van den Driessche, "
+              "Lockhart, Cobo, Stimberg, Casagrande, Grewe, Noury, Dieleman, Elsen, "
+              "Kalchbrenner, Zen, Graves, King, Walters, Belov & Hassabis, Parallel WaveNet: "
+              "Fast High-Fidelity Speech Synthesis (ICML 2018, arXiv 1711.10433)",
+        paper_setting="24 kHz 16-bit speech, linguistic features; teacher and student of 30 "
+                      "layers and more; listening tests (MOS); sampling on a GPU",
+        measured=(f"espeak-ng speech at {setup.sample_rate} Hz, {setup.bands} log-mel bands; "
+                  f"teacher {setup.teacher_steps} steps, students {setup.student_steps} steps, "
+                  f"one seed; sampling timed on this CPU"),
+        claims=claims, headline=headline)
+
+
+def curves(teachers: dict[str, dict], students: dict[str, dict],
+           speed: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Training curves (smoothed over ``chunk``-step windows) and sampling throughput against
+    length, for the compare view."""
+    out = {}
+    for kind, run in teachers.items():
+        name = "teacher" if kind == "mixture" else "gaussian_teacher"
+        out[f"{name}_held_out_bits"] = {"x": run["evaluated_at"], "y": run["evaluations"],
+                                        "xlabel": "steps", "ylabel": "held-out bits / sample"}
+    for variant, run in students.items():
+        kl = np.asarray(run["aux"]["kl"])
+        size = len(kl) // len(run["evaluated_at"])
+        out[f"{variant}_kl"] = {"x": run["evaluated_at"],
+                                "y": kl.reshape(-1, size).mean(1).tolist(),
+                                "xlabel": "steps", "ylabel": "KL (nats / sample)"}
+    rows = speed["by_length"]
+    for sampler in ("naive", "cached", "student"):
+        out[f"{sampler}_samples_per_second"] = {
+            "x": [r["length"] for r in rows],
+            "y": [r["samples_per_second"][sampler] for r in rows],
+            "xlabel": "samples", "ylabel": "samples per second"}
+    return out
