@@ -50,8 +50,8 @@ def main() -> None:
               "mixtures": 5, "teacher_steps": 1, "teacher_lr": 1e-3, "flows": 4,
               "student_channels": args.widths[0], "student_layers": 6, "student_steps": 1,
               "student_lr": 1e-3, "batch": args.batch, "length": args.length, "chunk": 1,
-              "draws": 4, "power_weight": 0.1, "variants": ["student"], "eval_utterances": 1,
-              "timing_lengths": args.lengths, "timing_widths": args.widths,
+              "eval_every": 1, "draws": 4, "power_weight": 0.1, "variants": ["student"],
+              "eval_utterances": 1, "timing_lengths": args.lengths, "timing_widths": args.widths,
               "timing_steps": args.timing_steps, "seed": 0} | small
     try:
         setup = experiment.configure(**params)

@@ -51,6 +51,14 @@ SMOKE = {
                     "base_layers": 1, "group_channels": 8, "group_blocks": 1,
                     "timing_sizes": [16, 32], "timing_batch": 2, "timing_steps": 16,
                     "samples": 2},
+    # 13: ClariNet and the M ablations compile their own losses: left to the unit tests
+    "13_parallel_wavenet": {"teacher_channels": 8, "teacher_layers": 4, "cycle": 4,
+                            "mixtures": 3, "teacher_steps": 4, "flows": 2,
+                            "student_channels": 8, "student_layers": 3, "student_steps": 4,
+                            "batch": 2, "length": 512, "chunk": 2, "eval_every": 2,
+                            "variants": ["student", "no_power"], "eval_utterances": 1,
+                            "timing_lengths": [256, 512], "timing_widths": [8],
+                            "timing_steps": 16},
 }
 
 # Set in every test process (tests/conftest.py) before jax starts. Most XLA optimisations off

@@ -49,6 +49,9 @@ HEADLINE = {
                     "multiscale_gap_relative", "sampling_seconds", "evaluations",
                     "multiscale_speedup", "evaluations_match_formula", "sequential_parameters",
                     "multiscale_parameters"},
+    "13_parallel_wavenet": {"teacher_held_out_bits", "student_bits_gap", "student_lsd_ratio",
+                            "no_power_lsd_ratio", "student_over_cached", "samples_per_second",
+                            "real_time_factor", "quality", "provenance"},
 }
 
 
@@ -71,7 +74,9 @@ CLAIMS = {"00_quickstart": [],
           "11_interlocking": ["recovers_accuracy_images", "near_local_time_images",
                               "recovers_accuracy_text", "near_local_time_text"],
           "12_pixelcnn": ["nll_close_multiscale", "orders_faster_multiscale",
-                          "ratio_grows_multiscale"]}
+                          "ratio_grows_multiscale"],
+          "13_parallel_wavenet": ["student_faster", "ratio_grows", "quality_close",
+                                  "power_loss_needed"]}
 
 
 def test_every_notebook_has_smoke_parameters():
@@ -313,3 +318,15 @@ def test_interlocking_bad_values_fail_before_any_kernel_starts(tmp_path, params,
 ])
 def test_pixelcnn_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
     refused_before_any_kernel("notebooks/12_pixelcnn.ipynb", params, message, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("params, message", [
+    (["-p", "sample_rate", "22050"], "sample_rate 22050 is not one the speech data is made at"),
+    (["-p", "bands", "128"], "bands 128 leaves 6 mel filters empty at 8000 Hz"),
+    (["-p", "sentences", "[]"], "the sentence list is empty; give at least one sentence"),
+    (["-p", "variants", '["student", "teacher"]'], "unknown variant 'teacher'; choose from"),
+])
+def test_parallel_wavenet_bad_values_fail_before_any_kernel_starts(tmp_path, params, message,
+                                                                  capsys):
+    refused_before_any_kernel("notebooks/13_parallel_wavenet.ipynb", params, message,
+                              tmp_path, capsys)

@@ -1,0 +1,191 @@
+"""The Parallel WaveNet experiment: its parameter checks (one line each, before any work), the
+models' conditioning checks, chunked cached sampling, the log-spectral distance against
+closed forms, the verdict arithmetic on hand cases, and the live panel."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from IPython.display import Image
+
+from lab.data import speech
+from lab.experiments import wavenet as experiment
+from lab.models.wavenet import (
+    Student,
+    WaveNet,
+    cached_state,
+    check_conditioning,
+    sample_cached,
+    sample_cached_chunk,
+)
+from tests.conftest import WAIT
+from tests.smoke import SMOKE
+
+NOTEBOOK = dict(preset="default", sample_rate=8000, bands=20, sentences=None, held_out=4,
+                teacher_channels=16, teacher_layers=10, cycle=10, mixtures=5,
+                teacher_steps=1500, teacher_lr=0.002, flows=4, student_channels=16,
+                student_layers=6, student_steps=400, student_lr=0.001, batch=8, length=1024,
+                chunk=100, eval_every=500, draws=4, power_weight=0.1,
+                variants=["student", "no_power", "draws_1", "draws_32", "clarinet"],
+                eval_utterances=4, timing_lengths=[1000, 4000, 16000],
+                timing_widths=[16, 32, 64], timing_steps=256, seed=0)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"sample_rate": 11025}, "sample_rate 11025 is not one the speech data is made at; use "
+                             "one of 8000, 16000"),
+    ({"sentences": []}, "the sentence list is empty; give at least one sentence"),
+    ({"sentences": ["Hello there.", "  "]}, "a sentence is empty; give every sentence"),
+    ({"held_out": 16}, "held_out 16 must leave some of the 16 sentences on each side"),
+    ({"bands": 128}, "bands 128 leaves 6 mel filters empty at 8000 Hz with 256-sample frames"),
+    ({"variants": ["student", "draws_0"]}, "unknown variant 'draws_0'; choose from student"),
+    ({"student_steps": 450}, "student_steps 450 must be a positive multiple of chunk 100"),
+    ({"length": 100}, "length 100 is shorter than one 256-sample frame"),
+    ({"preset": "huge"}, "unknown preset 'huge'; choose one of default, claim, rate_16k"),
+])
+def test_configure_refuses_bad_values_in_one_line(change, message):
+    with pytest.raises(ValueError) as error:
+        experiment.configure(**(NOTEBOOK | change))
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_a_missing_espeak_ng_is_refused_naming_the_debian_package(monkeypatch):
+    real_which = speech.shutil.which
+    monkeypatch.setattr(speech.shutil, "which",
+                        lambda name: None if name == "espeak-ng" else real_which(name))
+    speech.versions.cache_clear()
+    try:
+        with pytest.raises(ValueError) as error:
+            experiment.configure(**NOTEBOOK)
+    finally:
+        speech.versions.cache_clear()
+    assert str(error.value).startswith("espeak-ng is missing: install Debian's package "
+                                       "espeak-ng")
+
+
+def test_models_refuse_conditioning_they_were_not_built_for():
+    teacher = WaveNet(20, channels=4, gate=4, skip=4, layers=2, key=jax.random.key(0))
+    student = Student(20, flows=1, channels=4, layers=2, key=jax.random.key(1))
+    check_conditioning(teacher, jnp.zeros((10, 20)), 8000)
+    with pytest.raises(ValueError, match="conditioning has 40 mel bands, but the WaveNet was "
+                                         "built for 20; compute log_mel with bands=20"):
+        check_conditioning(teacher, jnp.zeros((10, 40)), 8000)
+    with pytest.raises(ValueError, match="audio at 16000 Hz, but the Student was built for "
+                                         "8000 Hz"):
+        check_conditioning(student, jnp.zeros((10, 20)), 16000)
+
+
+def test_cached_sampling_in_chunks_draws_what_one_call_draws():
+    model = WaveNet(3, channels=4, gate=4, skip=8, layers=4, cycle=3, mixtures=2,
+                    key=jax.random.key(0))
+    cond = jax.random.normal(jax.random.key(1), (40, 3))
+    key = jax.random.key(2)
+    whole = sample_cached(model, key, cond)
+    pieces, state = [], cached_state(model)
+    for start in range(0, 40, 16):  # 16, 16, 8
+        audio, state = sample_cached_chunk(model, key, cond[start:start + 16], state, start)
+        pieces.append(audio)
+    assert jnp.array_equal(jnp.concatenate(pieces), whole)
+
+
+def test_log_spectral_distance_is_zero_for_the_same_audio_and_20_db_for_ten_times_louder():
+    y = speech.synthetic(0.5, 8000)
+    assert experiment.log_spectral_distance(y, y, 256, 64) == 0.0
+    # 10x the amplitude is 100x the power: 20 dB in every bin (the floor is far below)
+    assert experiment.log_spectral_distance(10 * y, y, 256, 64) == pytest.approx(20.0, abs=1e-3)
+
+
+def test_the_evaluation_set_speaks_every_held_out_text_in_a_different_voice():
+    setup = experiment.configure(**NOTEBOOK)
+    data = experiment.corpus(setup)
+    assert data.train_utterances == 12 * len(speech.VOICES)
+    ev = experiment.evaluation_set(setup, data)
+    assert ev["texts"] == list(speech.SENTENCES[-4:])
+    assert len(set(ev["voices"])) == 4  # utterance i: held-out text i in voice i
+    assert ev["audio"].shape == (4, max(ev["lengths"]))
+    assert ev["cond"].shape == (4, max(ev["lengths"]), 20)
+    for row, n in enumerate(ev["lengths"]):
+        assert not ev["audio"][row, n:].any()  # silence after the utterance
+
+
+def fake_speed(cached: list[float], student: list[float], lengths: list[int]) -> dict:
+    rows = [{"length": n, "width": 16,
+             "seconds": {"naive": 10 * c, "cached": c, "student": s},
+             "samples_per_second": {"naive": n / (10 * c), "cached": n / c, "student": n / s},
+             "real_time_factor": {"naive": 1.0, "cached": 2.0, "student": 3.0}}
+            for n, c, s in zip(lengths, cached, student, strict=True)]
+    return {"by_length": rows, "by_width": rows[-1:]}
+
+
+def fake_proxies(rows: dict[str, tuple]) -> dict:
+    """``rows``: source -> (bits, entropy bits, kl, lsd, energy) over two utterances."""
+    sources = {name: {"bits": [b] * 2, "entropy_bits": None if h is None else [h] * 2,
+                      "kl": None if k is None else [k] * 2, "lsd": [d] * 2,
+                      "energy": [e] * 2} for name, (b, h, k, d, e) in rows.items()}
+    return {"sources": sources, "scorer": {name: "mixture" for name in rows},
+            "lengths": [100, 120]}
+
+
+def test_verdict_claims_from_speed_ratios_and_quality_gaps():
+    setup = experiment.configure(**(NOTEBOOK | {"variants": ["student", "no_power"],
+                                                "timing_lengths": [1000, 4000, 16000]}))
+    data = experiment.Corpus(None, None, [None] * 16, [], 48, 150.0)
+    teachers = {"mixture": {"held_out_bits": 9.0, "parameters": 10, "seconds": 1.0,
+                            "receptive_field": 1024}}
+    aux = {"kl": [0.3] * 100}
+    students = {v: {"parameters": 11, "seconds": 1.0, "aux": aux} for v in setup.variants}
+    speed = fake_speed([1.0, 4.0, 16.0], [0.5, 0.5, 1.0], [1000, 4000, 16000])  # 2x, 8x, 16x
+    proxies = fake_proxies({"real": (9.0, None, None, 0.0, 1.0),
+                            "teacher": (9.5, 9.5, 0.0, 20.0, 1.0),
+                            "student": (9.2, 9.3, 0.2, 21.0, 0.8),  # 0.3 bits, 0.2, 5% worse
+                            "no_power": (9.0, 9.1, 0.1, 24.0, 0.1)})  # 14% worse than student
+    m = experiment.verdict(setup, teachers, students, proxies, speed, data)
+    assert m["student_over_cached"] == pytest.approx({"1000": 2.0, "4000": 8.0, "16000": 16.0})
+    assert m["student_over_naive"]["16000"] == pytest.approx(160.0)
+    assert m["student_bits_gap"] == pytest.approx(-0.3)
+    assert m["student_entropy_gap"] == pytest.approx(-0.2)
+    assert m["student_lsd_ratio"] == pytest.approx(1.05)
+    assert m["no_power_lsd_ratio"] == pytest.approx(24 / 21)
+    assert m["student_train_kl"] == {"mean": pytest.approx(0.3), "std": pytest.approx(0.0)}
+    claims = {c["name"]: c["verdict"] for c in experiment.summary(m, setup)["claims"]}
+    assert claims == {"student_faster": "holds", "ratio_grows": "holds",
+                      "quality_close": "holds", "power_loss_needed": "holds"}
+
+    # 5x at the longest length, not growing at every length; a collapsed student (entropy
+    # 0.8 bits under the teacher's); no power loss worse in energy only
+    speed = fake_speed([1.0, 4.0, 10.0], [0.5, 0.25, 2.0], [1000, 4000, 16000])  # 2, 16, 5
+    proxies["sources"]["student"]["entropy_bits"] = [8.7, 8.7]
+    proxies["sources"]["no_power"]["lsd"] = [20.0, 20.0]
+    m = experiment.verdict(setup, teachers, students, proxies, speed, data)
+    claims = {c["name"]: c["verdict"] for c in experiment.summary(m, setup)["claims"]}
+    assert claims == {"student_faster": "weakly", "ratio_grows": "weakly",
+                      "quality_close": "weakly", "power_loss_needed": "weakly"}
+
+    # 2x and falling; a student 1.5 bits off; no power loss better in both
+    speed = fake_speed([1.0, 4.0, 4.0], [0.25, 1.0, 2.0], [1000, 4000, 16000])  # 4, 4, 2
+    proxies["sources"]["student"]["bits"] = [11.0, 11.0]
+    proxies["sources"]["no_power"]["energy"] = [0.9, 0.9]
+    m = experiment.verdict(setup, teachers, students, proxies, speed, data)
+    claims = {c["name"]: c["verdict"] for c in experiment.summary(m, setup)["claims"]}
+    assert claims == {"student_faster": "does not hold", "ratio_grows": "does not hold",
+                      "quality_close": "does not hold", "power_loss_needed": "does not hold"}
+
+
+def test_wavenet_panel_samples_a_teacher_chunk_by_chunk_and_a_student_in_one_pass():
+    from lab.widgets.wavenet_panel import wavenet_panel
+
+    panel = wavenet_panel(NOTEBOOK | SMOKE["13_parallel_wavenet"], chunk=4000)
+    panel.min_interval = 0.0
+    length = len(experiment.corpus(experiment.configure(**NOTEBOOK)).held_out[0].audio)
+    panel.controls.widgets["model"].value = "teacher"
+    assert panel.run() is True
+    assert panel.wait(WAIT) and panel.state == "done", panel.error
+    assert panel.result["audio"].shape == (length,)
+    assert panel.draws >= -(-length // 4000)  # once per chunk at least
+    assert panel.player.value[:4] == b"RIFF"
+    panel.controls.widgets["model"].value = "student"
+    assert panel.run() is True
+    assert panel.wait(WAIT) and panel.state == "done", panel.error
+    assert panel.result["audio"].shape == (length,)
+    assert np.abs(panel.result["audio"]).max() > 0
+    assert isinstance(panel.show(headless=True), Image)
