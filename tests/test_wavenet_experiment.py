@@ -2,6 +2,8 @@
 models' conditioning checks, chunked cached sampling, the log-spectral distance against
 closed forms, the verdict arithmetic on hand cases, and the live panel."""
 
+import shutil
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,6 +22,10 @@ from lab.models.wavenet import (
 )
 from tests.conftest import WAIT
 from tests.smoke import SMOKE
+
+speaks = pytest.mark.skipif(shutil.which("espeak-ng") is None or shutil.which("sox") is None,
+                            reason="Debian's espeak-ng and sox are not installed "
+                                   "(scripts/system_deps.sh installs them)")
 
 NOTEBOOK = dict(preset="default", sample_rate=8000, bands=20, sentences=None, held_out=4,
                 teacher_channels=16, teacher_layers=10, cycle=10, mixtures=5,
@@ -95,6 +101,7 @@ def test_log_spectral_distance_is_zero_for_the_same_audio_and_20_db_for_ten_time
     assert experiment.log_spectral_distance(10 * y, y, 256, 64) == pytest.approx(20.0, abs=1e-3)
 
 
+@speaks
 def test_the_evaluation_set_speaks_every_held_out_text_in_a_different_voice():
     setup = experiment.configure(**NOTEBOOK)
     data = experiment.corpus(setup)
@@ -171,6 +178,7 @@ def test_verdict_claims_from_speed_ratios_and_quality_gaps():
                       "quality_close": "does not hold", "power_loss_needed": "does not hold"}
 
 
+@speaks
 def test_wavenet_panel_samples_a_teacher_chunk_by_chunk_and_a_student_in_one_pass():
     from lab.widgets.wavenet_panel import wavenet_panel
 
