@@ -157,6 +157,7 @@ def test_verdict_claims_from_speed_ratios_and_quality_gaps():
     assert m["student_bits_gap"] == pytest.approx(-0.3)
     assert m["student_entropy_gap"] == pytest.approx(-0.2)
     assert m["student_lsd_ratio"] == pytest.approx(1.05)
+    assert m["student_energy_db_gap"] == pytest.approx(10 * np.log10(0.8))  # -0.97 dB
     assert m["no_power_lsd_ratio"] == pytest.approx(24 / 21)
     assert m["student_train_kl"] == {"mean": pytest.approx(0.3), "std": pytest.approx(0.0)}
     claims = experiment.summary(m, setup)["claims"]
