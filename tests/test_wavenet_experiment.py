@@ -198,3 +198,18 @@ def test_wavenet_panel_samples_a_teacher_chunk_by_chunk_and_a_student_in_one_pas
     assert panel.result["audio"].shape == (length,)
     assert np.abs(panel.result["audio"]).max() > 0
     assert isinstance(panel.show(headless=True), Image)
+
+
+def test_band_levels_split_a_level_change_at_the_split_frequency():
+    rate = 8000
+    real = np.random.default_rng(0).standard_normal(8000).astype(np.float32) * 0.1
+    # 10x quieter everywhere: -20 dB in both bands (every bin far above the floor)
+    below, above = experiment.band_levels(0.1 * real, real, 256, 64, rate)
+    assert below == pytest.approx(-20.0, abs=0.01) and above == pytest.approx(-20.0, abs=0.01)
+    # 10x quieter below 1 kHz only (by the FFT of the whole signal): about -20 dB and 0 dB
+    spectrum = np.fft.rfft(real)
+    spectrum[np.fft.rfftfreq(len(real), 1 / rate) < 1000] *= 0.1
+    whisper = np.fft.irfft(spectrum, len(real)).astype(np.float32)
+    below, above = experiment.band_levels(whisper, real, 256, 64, rate)
+    assert below == pytest.approx(-20.0, abs=2.0) and above == pytest.approx(0.0, abs=1.0)
+    assert experiment.band_levels(real, real, 256, 64, rate) == (0.0, 0.0)

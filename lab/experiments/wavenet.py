@@ -393,6 +393,20 @@ def log_spectral_distance(x: np.ndarray, y: np.ndarray, frame: int, hop: int) ->
     return float(np.sqrt((diff[active] ** 2).mean(1)).mean())
 
 
+def band_levels(x: np.ndarray, y: np.ndarray, frame: int, hop: int, sample_rate: int,
+                split: float = 1000.0) -> tuple[float, float]:
+    """The mean signed difference ``10 log10 |STFT x|^2 - 10 log10 |STFT y|^2`` (dB) over
+    ``y``'s active frames, below and above ``split`` Hz: a whispering sample is below the real
+    one in the low (voiced) band; a hissing one above it in the high band."""
+    px = np.asarray(train.stft_power(jnp.asarray(x), frame, hop))
+    py = np.asarray(train.stft_power(jnp.asarray(y), frame, hop))
+    energy = py.sum(1)
+    active = energy >= ACTIVE * energy.max()
+    diff = (10 * np.log10(px + LSD_FLOOR) - 10 * np.log10(py + LSD_FLOOR))[active]
+    low = np.fft.rfftfreq(frame, 1.0 / sample_rate) < split
+    return float(diff[:, low].mean()), float(diff[:, ~low].mean())
+
+
 @eqx.filter_jit
 def _teacher_samples(teacher: WaveNet, key: jax.Array, cond: jax.Array) -> jax.Array:
     keys = jax.random.split(key, cond.shape[0])
@@ -435,8 +449,9 @@ def quality(setup: Setup, data: Corpus, teachers: dict[str, dict],
     sample), ``entropy_bits`` (a student's per-step entropy in closed form, a teacher's
     estimated by the NLL of its own samples; both for the 16-bit grid: differential entropy
     + log2 of the bins per unit), ``kl`` (nats per sample; 0 for a teacher against itself),
-    ``lsd`` (dB, to the real utterance) and ``energy`` (the sample's mean power over the
-    real one's)."""
+    ``lsd`` (dB, to the real utterance), ``energy`` (the sample's mean power over the real
+    one's) and ``low_band_db`` / ``high_band_db`` (``band_levels``: its level against the
+    real one's below and above 1 kHz)."""
     ev = evaluation_set(setup, data)
     audio, cond, lengths = jnp.asarray(ev["audio"]), jnp.asarray(ev["cond"]), ev["lengths"]
     key = jax.random.key(setup.seed + 3)
@@ -458,6 +473,10 @@ def quality(setup: Setup, data: Corpus, teachers: dict[str, dict],
                     for i, n in enumerate(lengths)],
             "energy": [float((x[i, :n] ** 2).mean() / (ev["audio"][i, :n] ** 2).mean())
                        for i, n in enumerate(lengths)]}
+        bands = [band_levels(x[i, :n], ev["audio"][i, :n], setup.frame, setup.hop,
+                             setup.sample_rate) for i, n in enumerate(lengths)]
+        sources[name] |= {"low_band_db": [b[0] for b in bands],
+                          "high_band_db": [b[1] for b in bands]}
 
     score("real", audio, "mixture")
     sources["real"]["lsd"] = [0.0] * len(lengths)
