@@ -102,7 +102,8 @@ class Setup:
 
     @property
     def frame(self) -> int:
-        """Mel (and power loss) window: 32 ms."""
+        """Mel window (and the log-spectral proxies'): 32 ms. The power loss keeps
+        ``lab.train.wavenet.power_loss``'s 256-sample window at every rate."""
         return 4 * self.hop
 
     @property
