@@ -225,16 +225,24 @@ def evaluation_set(setup: Setup, data: Corpus) -> dict[str, Any]:
     texts = len(data.held_out) // voices
     count = min(setup.eval_utterances, len(data.held_out))
     index = [(i % texts) * voices + (i + i // texts) % voices for i in range(count)]
-    lengths = np.array([len(data.held_out[i].audio) for i in index])
-    audio = np.zeros((count, lengths.max()), np.float32)
-    cond = np.zeros((count, lengths.max(), setup.bands), np.float32)
-    for row, i in enumerate(index):
-        audio[row, :lengths[row]] = data.held_out[i].audio
-        cond[row, :lengths[row]] = data.held_out_cond[i]
+    audio, cond, lengths = padded([data.held_out[i].audio for i in index],
+                                  [data.held_out_cond[i] for i in index])
     return {"audio": audio, "cond": cond, "lengths": lengths,
             "texts": [data.held_out[i].text for i in index],
             "voices": [f"{data.held_out[i].voice} pitch {data.held_out[i].pitch}"
                        for i in index]}
+
+
+def padded(audio: list[np.ndarray], cond: list[np.ndarray]
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Utterances padded at the end with silence and zero conditioning to the longest:
+    ``(audio (n, T), cond (n, T, bands), lengths (n,))``."""
+    lengths = np.array([len(x) for x in audio])
+    out = np.zeros((len(audio), lengths.max()), np.float32)
+    out_cond = np.zeros((len(audio), lengths.max(), cond[0].shape[1]), np.float32)
+    for i, (x, c) in enumerate(zip(audio, cond, strict=True)):
+        out[i, :len(x)], out_cond[i, :len(x)] = x, c
+    return out, out_cond, lengths
 
 
 # models -------------------------------------------------------------------------------------
@@ -321,7 +329,7 @@ def train_teacher(setup: Setup, data: Corpus, output: str = "mixture",
     ``chunk`` steps."""
     key = jax.random.key(setup.seed)
     model = build_teacher(setup, key, output)  # eager: fast to compile
-    audio, cond, lengths = held_out_arrays(setup, data)
+    audio, cond, lengths = held_out_arrays(data)
     check_conditioning(model, cond, setup.sample_rate)
 
     def evaluate(model):
@@ -334,14 +342,10 @@ def train_teacher(setup: Setup, data: Corpus, output: str = "mixture",
                   "receptive_field": out["model"].receptive_field}
 
 
-def held_out_arrays(setup: Setup, data: Corpus) -> tuple[jax.Array, jax.Array, jax.Array]:
+def held_out_arrays(data: Corpus) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Every held-out utterance padded with silence to one length: ``(audio (n, T), cond
     (n, T, bands), lengths (n,))``."""
-    lengths = np.array([len(u.audio) for u in data.held_out])
-    audio = np.zeros((len(lengths), lengths.max()), np.float32)
-    cond = np.zeros((len(lengths), lengths.max(), setup.bands), np.float32)
-    for i, (u, c) in enumerate(zip(data.held_out, data.held_out_cond, strict=True)):
-        audio[i, :len(u.audio)], cond[i, :len(u.audio)] = u.audio, c
+    audio, cond, lengths = padded([u.audio for u in data.held_out], data.held_out_cond)
     return jnp.asarray(audio), jnp.asarray(cond), jnp.asarray(lengths)
 
 
