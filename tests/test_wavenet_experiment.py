@@ -30,7 +30,7 @@ speaks = pytest.mark.skipif(shutil.which("espeak-ng") is None or shutil.which("s
 NOTEBOOK = dict(preset="default", sample_rate=8000, bands=20, sentences=None, held_out=4,
                 teacher_channels=16, teacher_layers=10, cycle=10, mixtures=5,
                 teacher_steps=1500, teacher_lr=0.002, flows=4, student_channels=16,
-                student_layers=6, student_steps=400, student_lr=0.001, batch=8, length=1024,
+                student_layers=6, student_steps=300, student_lr=0.001, batch=8, length=1024,
                 chunk=100, eval_every=500, draws=4, power_weight=0.1,
                 variants=["student", "no_power", "draws_1", "draws_32", "clarinet"],
                 eval_utterances=4, timing_lengths=[1000, 4000, 16000],
