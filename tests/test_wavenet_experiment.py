@@ -184,6 +184,7 @@ def test_wavenet_panel_samples_a_teacher_chunk_by_chunk_and_a_student_in_one_pas
     from lab.widgets.wavenet_panel import wavenet_panel
 
     panel = wavenet_panel(NOTEBOOK | SMOKE["13_parallel_wavenet"], chunk=4000)
+    assert panel.data is None  # no notebook sample to open on
     panel.min_interval = 0.0
     length = len(experiment.corpus(experiment.configure(**NOTEBOOK)).held_out[0].audio)
     panel.controls.widgets["model"].value = "teacher"

@@ -62,9 +62,12 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
 
 
 def wavenet_panel(params: dict[str, Any], teachers: dict[str, dict] | None = None,
-                  students: dict[str, dict] | None = None, chunk: int = 2000) -> Panel:
+                  students: dict[str, dict] | None = None, proxies: dict | None = None,
+                  chunk: int = 2000) -> Panel:
     """A panel over the notebook's ``params`` and its trained ``teachers`` / ``students``
-    (``experiment.train_teacher`` / ``train_student`` results by kind / variant)."""
+    (``experiment.train_teacher`` / ``train_student`` results by kind / variant); with
+    ``proxies`` (``experiment.quality``) it opens on the notebook's student sample of the
+    first held-out utterance."""
     setup = experiment.configure(**params)
     data = experiment.corpus(setup)
     names = ["teacher"] + (["gaussian_teacher"] if "clarinet" in setup.variants else [])
@@ -128,4 +131,12 @@ def wavenet_panel(params: dict[str, Any], teachers: dict[str, dict] | None = Non
     panel = Panel("Parallel WaveNet sampling, live", controls, run, draw, figsize=(12.0, 3.0))
     panel.widget.children += (player,)
     panel.player = player
+    if proxies is not None and "student" in proxies["samples"]:
+        length = proxies["lengths"][0]  # the evaluation set's first is held-out utterance 0
+        audio = proxies["samples"]["student"][0, :length]
+        panel.set_result({"real": data.held_out[0].audio, "audio": audio, "model": "student",
+                          "sample_rate": setup.sample_rate, "frame": setup.frame,
+                          "hop": setup.hop, "title": "student (trained): the notebook's sample"},
+                         {"audio": audio})
+        player.value = wav_bytes(audio, setup.sample_rate)
     return panel
