@@ -2,7 +2,8 @@
 student side by side, and training step times.
 
     .venv/bin/python benchmarks/wavenet.py [--lengths 1000 4000 16000] [--widths 16 32 64]
-                                           [--timing-steps 256] [--quick]
+                                           [--timing-steps 256] [--losses teacher ...]
+                                           [--quick]
 
 Per length (at the first width) and per width (at the longest length): samples per second of
 each sampler drawing one utterance, the real-time factor (samples per second over the
@@ -19,6 +20,8 @@ import os
 import platform
 import time
 
+LOSSES = ("teacher", "draws_1", "student", "draws_32", "clarinet")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -28,6 +31,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=1024, help="samples per training crop")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--losses", nargs="+", default=list(LOSSES), choices=LOSSES,
+                        help="training steps to time (each compiles its own program)")
     parser.add_argument("--quick", action="store_true", help="small models, short crops")
     args = parser.parse_args()
     if min(args.lengths + args.widths) < 1 or args.timing_steps < 1 or args.batch < 1:
@@ -88,8 +93,9 @@ def main() -> None:
                 for kind in ("mixture", "gaussian")}
     print(f"one Adam step on {args.batch} crops of {args.length} samples, ms "
           f"(best of {args.repeats}):")
-    jobs = [("teacher", experiment.build_teacher(setup, key), train.teacher_loss, None)]
-    for variant in ("draws_1", "student", "draws_32", "clarinet"):
+    jobs = ([("teacher", experiment.build_teacher(setup, key), train.teacher_loss, None)]
+            if "teacher" in args.losses else [])
+    for variant in [v for v in LOSSES[1:] if v in args.losses]:
         base = "gaussian" if variant == "clarinet" else "logistic"
         jobs.append((f"{variant} (M = {experiment.draws_of(variant, setup.draws)})"
                      if variant != "clarinet" else "clarinet", experiment.build_student(
