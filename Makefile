@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# how many of the slowest tests `make test` lists (`DURATIONS=0 make test`: every one)
+DURATIONS ?= 20
 # Rebuilt whenever the project's dependencies change.
 SETUP := $(VENV)/.setup-done
 
@@ -39,7 +41,7 @@ sweep-demo: $(SETUP)
 ## The whole test suite, in parallel; notebooks run with smoke parameters.
 test: $(SETUP) $(LAB_SETTINGS)
 	$(VENV)/bin/ruff check lab tests benchmarks
-	$(PY) -m pytest -n auto --dist worksteal --durations=20
+	$(PY) -m pytest -n auto --dist worksteal --durations=$(DURATIONS)
 
 ## Everything but the end-to-end notebook runs.
 test-fast: $(SETUP)
