@@ -15,9 +15,13 @@ SMOKE = {
     "04_policy_improvement": {"agent": "search", "depth": 1, "branching": 3, "model": "true",
                               "compare": False, "seeds": 2, "total_steps": 200,
                               "eval_every": 100, "widths": 8, "batch_size": 8},
-    "05_sweeps": {"trials": 1, "phases": 1, "total_steps": 100, "eval_every": 50, "workers": 1,
-                  "fixed": {"agent": "mpo", "compare": False, "seeds": 1, "widths": 8,
-                            "batch_size": 8}},
+    # 05: the sweep machinery end to end on the quickest workload that reports phases (07's
+    # A2C; its MPO workload, 04, is swept in tests/test_early_termination.py)
+    "05_sweeps": {"trials": 1, "phases": 1, "total_steps": 200, "eval_every": 100, "workers": 1,
+                  "workload": "07_a2c.ipynb", "metric": "a2c_final_return",
+                  "fixed": {"envs": 2, "seeds": 1},
+                  "space": {"learning_rate": {"type": "loguniform", "low": 1e-4,
+                                              "high": 1e-2}}},
     "06_ga3c": {"seeds": 1, "seconds": 1.0, "agents": 2, "prediction_batch": 4,
                 "training_batch": 10, "a2c_envs": 2, "agent_counts": [1, 2],
                 "trainer_counts": [1], "throughput_seconds": 0.5, "lags": [0, 1],
@@ -39,8 +43,9 @@ SMOKE = {
     "10_automap": {"hidden": 64, "stack_layers": [1], "budget": 3, "seeds": 1,
                    "searchers": ["greedy", "mcts"], "regime_batch": [8], "regime_length": [32],
                    "regime_budgets": [1.0], "regime_compiles": 3, "exhaustive_limit": 0},
-    # 11: the pipeline check runs in benchmarks/interlocking.py's quick test
-    "11_interlocking": {"rules": ["local", "pairwise"], "seeds": 1, "channels": 4,
+    # 11: the pipeline check runs in benchmarks/interlocking.py's quick test, and the image
+    # task's ResNet there and in tests/test_interlocking*.py: the smoke run takes the text task
+    "11_interlocking": {"tasks": ["text"], "rules": ["local", "pairwise"], "seeds": 1, "channels": 4,
                         "blocks": 1, "image_steps": 10, "image_batch": 8, "hidden": 16,
                         "length": 16, "text_batch": 4, "text_steps": 10, "eval_every": 5,
                         "eval_examples": 16, "timing_repeats": 1, "pipeline_batches": 0},
