@@ -45,10 +45,11 @@ SMOKE = {
                    "regime_budgets": [1.0], "regime_compiles": 3, "exhaustive_limit": 0},
     # 11: the pipeline check runs in benchmarks/interlocking.py's quick test, and the image
     # task's ResNet there and in tests/test_interlocking*.py: the smoke run takes the text task
-    "11_interlocking": {"tasks": ["text"], "rules": ["local", "pairwise"], "seeds": 1, "channels": 4,
-                        "blocks": 1, "image_steps": 10, "image_batch": 8, "hidden": 16,
-                        "length": 16, "text_batch": 4, "text_steps": 10, "eval_every": 5,
-                        "eval_examples": 16, "timing_repeats": 1, "pipeline_batches": 0},
+    "11_interlocking": {"tasks": ["text"], "rules": ["local", "pairwise"], "seeds": 1,
+                        "channels": 4, "blocks": 1, "image_steps": 10, "image_batch": 8,
+                        "hidden": 16, "length": 16, "text_batch": 4, "text_steps": 10,
+                        "eval_every": 5, "eval_examples": 16, "timing_repeats": 1,
+                        "pipeline_batches": 0},
     # 12: the shallow variant's compile is left to tests/test_pixelcnn.py
     "12_pixelcnn": {"models": ["sequential", "multiscale"], "seeds": 1, "steps": 2,
                     "eval_every": 2, "eval_examples": 8, "batch": 4,
