@@ -1,0 +1,95 @@
+"""Causal model selection (Kyono & van der Schaar, arXiv 1911.12441; the official code's
+"causal assurance metric"): rank trained candidates by how plausible the causal graph is
+when each candidate's predictions stand in for the target.
+
+For candidate ``m`` with predictions ``yhat_m`` on the selection split, the selection data
+has the target column replaced by ``yhat_m``, and
+
+- ``fixed``: the causal score is the BIC of the known graph on that data, over the terms
+  that involve the target (``score.target_terms``: the rest is the same for every
+  candidate, so it cannot change the ranking);
+- ``search``: the causal score is the BIC of the graph a structure search finds on that data
+  with the known graph's edges required (``score.search``), as the official code does with
+  FGES.
+
+**Lower causal score is better** (a BIC is a cost). Candidates are ranked by
+
+    combined_m = minmax(error)_m + lambda * minmax(causal)_m        (lower is better)
+
+with ``minmax(v) = (v - min v) / (max v - min v)`` over the candidates, and ``lambda`` either
+1 or the fraction of the graph's nodes that are ancestors of the target (``ancestor_lambda``).
+The top ``k`` by ``combined`` are selected.
+"""
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from lab.causal.scm import Graph, check_dag
+from lab.causal.score import FLOOR, Knowledge, graph_bic, search, target_terms
+
+
+def with_target(data: np.ndarray, target: int, predictions: np.ndarray) -> np.ndarray:
+    """``data`` with column ``target`` replaced by ``predictions``."""
+    out = np.array(data, float, copy=True)
+    out[:, target] = predictions
+    return out
+
+
+def causal_scores(data: np.ndarray, graph: Graph, target: str, predictions: np.ndarray,
+                  mode: str = "fixed", knowledge: Knowledge | None = None,
+                  floor: float = FLOOR) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores (m,), floored (m,))`` for ``predictions`` ``(m, n)`` of ``m`` candidates on
+    the ``n`` rows of ``data``; ``floored`` flags a candidate whose target (or a child's)
+    residual variance hit the floor."""
+    check_dag(graph)
+    j = graph.index(target)
+    if mode not in ("fixed", "search"):
+        raise ValueError(f"unknown causal score mode {mode!r}; use fixed or search")
+    scores, floored = [], []
+    for yhat in np.atleast_2d(predictions):
+        trial = with_target(data, j, yhat)
+        if mode == "fixed":
+            total, nodes = graph_bic(trial, graph, floor, target_terms(graph, j))
+            scores.append(total)
+            floored.append(any(s.floored for s in nodes))
+        else:
+            base = knowledge or Knowledge()
+            known = Knowledge(tuple(base.required) + tuple(graph.edge_list()), base.forbidden,
+                              base.tiers)
+            result = search(trial, graph.names, known, floor)
+            scores.append(result.bic)
+            _, nodes = graph_bic(trial, result.graph, floor)
+            floored.append(any(s.floored for s in nodes))
+    return np.asarray(scores), np.asarray(floored)
+
+
+def minmax(values: np.ndarray) -> np.ndarray:
+    """``(v - min) / (max - min)``; all zeros when every value is the same."""
+    values = np.asarray(values, float)
+    span = values.max() - values.min()
+    return np.zeros_like(values) if span == 0 else (values - values.min()) / span
+
+
+def ancestor_lambda(graph: Graph, target: str) -> float:
+    """The fraction of the graph's nodes that are ancestors of ``target``."""
+    return len(graph.ancestors(graph.index(target))) / len(graph.names)
+
+
+def combined(errors: np.ndarray, causal: np.ndarray, lam: float) -> np.ndarray:
+    """``minmax(errors) + lam * minmax(causal)``: lower is better."""
+    if lam < 0:
+        raise ValueError(f"lambda must be at least 0, got {lam}")
+    return minmax(errors) + lam * minmax(causal)
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` lowest scores (ties by index)."""
+    if not 1 <= k <= len(scores):
+        raise ValueError(f"k must be between 1 and the {len(scores)} candidates, got {k}")
+    return np.argsort(np.asarray(scores), kind="stable")[:k]
+
+
+def selected_error(out_of_domain: np.ndarray, chosen: Sequence[int]) -> float:
+    """The mean out-of-domain error of the chosen candidates."""
+    return float(np.mean(np.asarray(out_of_domain)[list(chosen)]))

@@ -1,0 +1,166 @@
+"""lab.causal: SCM sampling against the closed-form covariance, the BIC against wrong graphs,
+the variance floor, the search under background knowledge, and the selection arithmetic."""
+
+import numpy as np
+import pytest
+
+from lab.causal import (
+    SCM,
+    Graph,
+    Knowledge,
+    ancestor_lambda,
+    causal_scores,
+    check_dag,
+    combined,
+    graph_bic,
+    node_bic,
+    random_dag,
+    search,
+    top_k,
+    topological_order,
+)
+
+
+def chain() -> Graph:
+    return Graph.from_edges(("a", "b", "c", "y"), [("a", "b"), ("b", "y"), ("a", "y"),
+                                                   ("y", "c")])
+
+
+def test_linear_samples_have_the_covariance_of_the_closed_form():
+    rng = np.random.default_rng(0)
+    scm = SCM.random(rng, random_dag(rng, 5, 0.6))
+    x = scm.sample(rng, 400_000)
+    expected = scm.covariance()  # (I - B)^-1 Omega (I - B)^-T
+    np.testing.assert_allclose(np.cov(x.T), expected, atol=0.03 * np.abs(expected).max())
+
+
+def test_shift_moves_the_noise_mean_and_intervention_cuts_the_parents():
+    rng = np.random.default_rng(1)
+    graph = chain()
+    scm = SCM(graph, np.where(graph.edges.T, 1.0, 0.0), np.ones(4))
+    shifted = scm.sample(rng, 100_000, shift={0: 2.0})  # a: mean 2, b = a + e: mean 2
+    assert shifted[:, 0].mean() == pytest.approx(2.0, abs=0.02)
+    assert shifted[:, 1].mean() == pytest.approx(2.0, abs=0.03)
+    done = scm.sample(rng, 100_000, intervene={1: 5.0})  # do(b = 5): y = a + b + e
+    assert np.all(done[:, 1] == 5.0) and done[:, 3].mean() == pytest.approx(5.0, abs=0.03)
+
+
+def test_the_true_graph_has_a_lower_bic_than_random_wrong_graphs_on_large_samples():
+    rng = np.random.default_rng(2)
+    wins = 0
+    for _ in range(100):
+        graph = random_dag(rng, 5, 0.5)
+        scm = SCM.random(rng, graph)
+        x = scm.sample(rng, 2000)
+        wrong = random_dag(rng, 5, 0.5)
+        while np.array_equal(wrong.edges, graph.edges):
+            wrong = random_dag(rng, 5, 0.5)
+        wins += graph_bic(x, graph)[0] < graph_bic(x, wrong)[0]
+    assert wins >= 95
+
+
+def test_node_bic_is_the_gaussian_formula_and_the_floor_catches_an_exact_predictor():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((500, 2))
+    x[:, 1] = 2 * x[:, 0] + 0.5 * rng.standard_normal(500)
+    score = node_bic(x, 1, [0])
+    residual = x[:, 1] - np.polyval(np.polyfit(x[:, 0], x[:, 1], 1), x[:, 0])
+    s2 = np.mean(residual ** 2)
+    assert score.bic == pytest.approx(500 * (np.log(2 * np.pi * s2) + 1) + 3 * np.log(500))
+    assert not score.floored
+    exact = x.copy()
+    exact[:, 1] = 3 * exact[:, 0] + 1  # an exactly linear function of its parent
+    floored = node_bic(exact, 1, [0])
+    assert floored.floored and np.isfinite(floored.bic)
+    constant = x.copy()
+    constant[:, 1] = 0.7  # a constant predictor: no variance at all
+    assert node_bic(constant, 1, []).floored and np.isfinite(node_bic(constant, 1, []).bic)
+
+
+def test_terms_without_the_target_do_not_change_the_ranking():
+    rng = np.random.default_rng(4)
+    graph = chain()
+    x = SCM.random(rng, graph).sample(rng, 300)
+    y = graph.index("y")
+    predictions = x[:, y] + rng.standard_normal((12, 300)) * np.linspace(0.1, 2, 12)[:, None]
+    partial, _ = causal_scores(x, graph, "y", predictions)  # the target's and its children's
+    full = [graph_bic(np.column_stack([x[:, :y], p, x[:, y + 1:]]), graph)[0]
+            for p in predictions]
+    assert np.array_equal(np.argsort(partial), np.argsort(full))
+    assert np.allclose(np.asarray(full) - partial, full[0] - partial[0])  # a constant offset
+
+
+def test_search_keeps_the_required_edges_respects_tiers_and_returns_a_dag():
+    rng = np.random.default_rng(5)
+    graph = random_dag(rng, 6, 0.5)
+    x = SCM.random(rng, graph).sample(rng, 1000)
+    names = graph.names
+    required = ((names[0], names[5]), (names[2], names[1]))
+    tiers = ((names[0], names[2]), (names[1], names[3], names[4], names[5]))
+    result = search(x, names, Knowledge(required=required, tiers=tiers))
+    check_dag(result.graph)
+    for parent, child in required:
+        assert result.graph.edges[names.index(parent), names.index(child)]
+    later = [names.index(n) for n in tiers[1]]
+    earlier = [names.index(n) for n in tiers[0]]
+    assert not result.graph.edges[np.ix_(later, earlier)].any()
+    assert result.bic <= graph_bic(x, Graph(names, Knowledge(required).matrices(names)[0]))[0]
+
+
+def test_search_recovers_a_chain_skeleton_from_enough_data():
+    rng = np.random.default_rng(6)
+    graph = Graph.from_edges(("a", "b", "c", "d"), [("a", "b"), ("b", "c"), ("c", "d")])
+    scm = SCM(graph, np.where(graph.edges.T, 1.2, 0.0), np.ones(4))
+    found = search(scm.sample(rng, 5000), graph.names).graph
+    skeleton = found.edges | found.edges.T
+    assert np.array_equal(skeleton, graph.edges | graph.edges.T)
+
+
+def test_selection_arithmetic_minmax_lambda_and_top_k():
+    errors = np.array([1.0, 2.0, 3.0, 4.0])
+    causal = np.array([40.0, 10.0, 30.0, 20.0])
+    np.testing.assert_allclose(combined(errors, causal, 1.0),
+                               [0 + 1, 1 / 3 + 0, 2 / 3 + 2 / 3, 1 + 1 / 3])
+    assert list(top_k(combined(errors, causal, 1.0), 2)) == [1, 0]
+    assert list(top_k(combined(errors, causal, 0.0), 2)) == [0, 1]
+    assert ancestor_lambda(chain(), "y") == pytest.approx(0.5)  # a and b of a, b, c, y
+    assert topological_order(chain()) == [0, 1, 3, 2]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: check_dag(Graph.from_edges(("a", "b", "c"), [("a", "b"), ("b", "c"), ("c", "a")])),
+     "the graph has a cycle a -> b -> c -> a; a causal graph must be acyclic"),
+    (lambda: Knowledge(required=(("a", "z"),)).matrices(("a", "b")),
+     "required edge a -> z names 'z', which is not a variable; use one of a, b"),
+    (lambda: causal_scores(np.zeros((5, 4)), chain(), "target", np.zeros((1, 5))),
+     "'target' is not a variable of the graph; use one of a, b, c, y"),
+    (lambda: combined(np.ones(3), np.ones(3), -0.5), "lambda must be at least 0, got -0.5"),
+    (lambda: Knowledge(required=(("b", "a"),), tiers=(("a",), ("b",))).matrices(("a", "b")),
+     "required edge b -> a is forbidden by the forbidden edges or the tiers"),
+])
+def test_bad_input_is_one_line_errors(make, message):
+    with pytest.raises(ValueError) as error:
+        make()
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_vmapped_training_of_many_candidates_equals_a_loop_over_them():
+    import equinox as eqx
+    import jax
+
+    from lab.train import causal_selection as train
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((64, 3)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.standard_normal(64)).astype(np.float32)
+    models = train.candidates(jax.random.key(0), 3, inputs=3, hidden=8)
+    keys = jax.random.split(jax.random.key(1), 3)
+    together, losses = train.train(models, keys, x, y, 50, 16, 1e-2)
+    for i in range(3):
+        one = jax.tree.map(lambda a, i=i: a[i] if eqx.is_array(a) else a, models)
+        alone, alone_losses = jax.jit(train.train_one, static_argnums=(4, 5, 6))(
+            one, keys[i], x, y, 50, 16, 1e-2)
+        np.testing.assert_allclose(losses[i], alone_losses, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(train.predict(together, x)[i],
+                                   jax.vmap(alone)(x)[:, 0], rtol=1e-5, atol=1e-5)
+    assert float(losses[:, -10:].mean()) < 0.5 * float(losses[:, :10].mean())
