@@ -65,6 +65,9 @@ SMOKE = {
                             "variants": ["student", "no_power"], "eval_utterances": 1,
                             "timing_lengths": [256, 512], "timing_widths": [8],
                             "timing_steps": 16},
+    "14_causal_selection": {"nodes": [4], "mechanisms": ["linear"], "repeats": 2,
+                            "candidates": 6, "hidden": 8, "steps": 20, "train_rows": 200,
+                            "selection_rows": 100, "test_rows": 100, "diabetes_repeats": 2},
 }
 
 # Set in every test process (tests/conftest.py) before jax starts. Most XLA optimisations off

@@ -51,6 +51,9 @@ HEADLINE = {
     "13_parallel_wavenet": {"teacher_held_out_bits", "student_bits_gap", "student_lsd_ratio",
                             "no_power_lsd_ratio", "student_over_cached", "samples_per_second",
                             "real_time_factor", "quality", "provenance"},
+    "14_causal_selection": {"table", "pooled_causal_search", "pooled_impostor_search",
+                            "pooled_causal_fixed", "diabetes_causal_search",
+                            "cells_causal_beats_validation", "floored"},
 }
 
 
@@ -74,7 +77,9 @@ CLAIMS = {"00_quickstart": [],
           "12_pixelcnn": ["nll_close_multiscale", "orders_faster_multiscale",
                           "ratio_grows_multiscale"],
           "13_parallel_wavenet": ["student_faster", "ratio_grows", "quality_close",
-                                  "power_loss_needed"]}
+                                  "power_loss_needed"],
+          "14_causal_selection": ["causal_beats_validation", "impostor_does_not",
+                                  "real_data"]}
 
 
 def test_every_notebook_has_smoke_parameters():
@@ -330,4 +335,15 @@ def test_pixelcnn_bad_values_fail_before_any_kernel_starts(tmp_path, params, mes
 def test_parallel_wavenet_bad_values_fail_before_any_kernel_starts(tmp_path, params, message,
                                                                   capsys):
     refused_before_any_kernel("notebooks/13_parallel_wavenet.ipynb", params, message,
+                              tmp_path, capsys)
+
+
+@pytest.mark.parametrize("params, message", [
+    (["-p", "lam", "-1"], "lambda must be at least 0, got -1.0; use 0 for the validation"),
+    (["-p", "nodes", "[4, 30]"], "nodes [4, 30] must be graph sizes from 2 to 12"),
+    (["-p", "mechanisms", '["cubic"]'], "mechanisms ['cubic'] must be a non-empty list of"),
+])
+def test_causal_selection_bad_values_fail_before_any_kernel_starts(tmp_path, params, message,
+                                                                   capsys):
+    refused_before_any_kernel("notebooks/14_causal_selection.ipynb", params, message,
                               tmp_path, capsys)

@@ -12,9 +12,11 @@ Gaussian with standard deviation ``noise[j]``.
 - ``mechanism="nonlinear"``: ``x_j = sum_i B[j, i] tanh(x_i) + e_j`` (the parents enter
   through a saturating nonlinearity, so a linear regression on them is misspecified).
 
-``sample(rng, n, shift=..., intervene=...)`` draws ``n`` rows: ``shift`` adds a constant to
-chosen variables' noise means (a domain shift of their mechanisms' noise), ``intervene``
-sets chosen variables to constants (``do(x_j = v)``: their parents no longer matter).
+``sample(rng, n, shift=..., scale=..., intervene=...)`` draws ``n`` rows: ``shift`` adds a
+constant to chosen variables' noise means and ``scale`` multiplies their noise standard
+deviations (a domain shift of their mechanisms' noise; the official code's test domains draw
+the noise from N(1, 2^2) instead of N(0, 1)), ``intervene`` sets chosen variables to
+constants (``do(x_j = v)``: their parents no longer matter).
 """
 
 import dataclasses
@@ -176,12 +178,16 @@ class SCM:
 
     def sample(self, rng: np.random.Generator, n: int,
                shift: Mapping[int, float] | None = None,
+               scale: Mapping[int, float] | None = None,
                intervene: Mapping[int, float] | None = None) -> np.ndarray:
         """``(n, d)`` rows in topological order of the mechanisms; ``shift`` adds to noise
-        means, ``intervene`` sets variables (by index)."""
+        means, ``scale`` multiplies noise standard deviations, ``intervene`` sets variables
+        (all by index)."""
         d = len(self.graph.names)
         x = np.zeros((n, d))
         noise = rng.standard_normal((n, d)) * self.noise
+        for j, factor in (scale or {}).items():
+            noise[:, j] *= factor
         for j, value in (shift or {}).items():
             noise[:, j] += value
         for j in topological_order(self.graph):

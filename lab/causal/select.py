@@ -17,8 +17,16 @@ has the target column replaced by ``yhat_m``, and
     combined_m = minmax(error)_m + lambda * minmax(causal)_m        (lower is better)
 
 with ``minmax(v) = (v - min v) / (max v - min v)`` over the candidates, and ``lambda`` either
-1 or the fraction of the graph's nodes that are ancestors of the target (``ancestor_lambda``).
-The top ``k`` by ``combined`` are selected.
+1 or ``ancestor_lambda``: the official code's ``(1 + |ancestors(target)|) / d``, the fraction
+of the graph's nodes that are the target or its ancestors. The top ``k`` by ``combined`` are
+selected.
+
+On the sign: Tetrad's SEM BIC, which the official code reads off FGES's graph, is
+``-n log s2 - k log n`` per node, higher for a more plausible graph; the official code then
+ranks candidates by ``normalize(LL) * lambda + normalize(MSE)`` in ascending order, which
+with that sign prefers the candidates whose graph is *less* plausible. We read the paper's
+intent (the likelihood of the SCM given the predictions should be high) and rank by the BIC
+as a cost; ``flip=True`` in the experiment measures the other reading too.
 """
 
 from collections.abc import Sequence
@@ -72,8 +80,9 @@ def minmax(values: np.ndarray) -> np.ndarray:
 
 
 def ancestor_lambda(graph: Graph, target: str) -> float:
-    """The fraction of the graph's nodes that are ancestors of ``target``."""
-    return len(graph.ancestors(graph.index(target))) / len(graph.names)
+    """``(1 + |ancestors(target)|) / d``: the fraction of the graph's ``d`` nodes that are
+    ``target`` or its ancestors (the official code counts the target itself)."""
+    return (1 + len(graph.ancestors(graph.index(target)))) / len(graph.names)
 
 
 def combined(errors: np.ndarray, causal: np.ndarray, lam: float) -> np.ndarray:
