@@ -1,6 +1,7 @@
 """lab.causal: SCM sampling against the closed-form covariance, the BIC against wrong graphs,
 the variance floor, the search under background knowledge, and the selection arithmetic."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -144,23 +145,52 @@ def test_bad_input_is_one_line_errors(make, message):
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
 
 
-def test_vmapped_training_of_many_candidates_equals_a_loop_over_them():
+@pytest.mark.parametrize("every", [0, 5])
+def test_vmapped_training_of_many_candidates_equals_a_loop_over_them(every):
     import equinox as eqx
-    import jax
 
     from lab.train import causal_selection as train
 
     rng = np.random.default_rng(7)
     x = rng.standard_normal((64, 3)).astype(np.float32)
     y = (x @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.standard_normal(64)).astype(np.float32)
+    schedule = train.Schedule(steps=50, batch=16, lr=1e-2, every=every, patience=2)
     models = train.candidates(jax.random.key(0), 3, inputs=3, hidden=8)
     keys = jax.random.split(jax.random.key(1), 3)
-    together, losses = train.train(models, keys, x, y, 50, 16, 1e-2)
+    together, log = train.train(models, keys, x, y, x[:16], y[:16], schedule)
     for i in range(3):
         one = jax.tree.map(lambda a, i=i: a[i] if eqx.is_array(a) else a, models)
-        alone, alone_losses = eqx.filter_jit(train.train_one)(
-            one, keys[i], x, y, 50, 16, 1e-2)
-        np.testing.assert_allclose(losses[i], alone_losses, rtol=1e-5, atol=1e-6)
+        alone, alone_log = eqx.filter_jit(train.train_one)(one, keys[i], x, y, x[:16], y[:16],
+                                                           schedule)
+        np.testing.assert_allclose(log["loss"][i], alone_log["loss"], rtol=1e-5, atol=1e-6)
+        assert int(log["stopped_at"][i]) == int(alone_log["stopped_at"])
         np.testing.assert_allclose(train.predict(together, x)[i],
                                    jax.vmap(alone)(x)[:, 0], rtol=1e-5, atol=1e-5)
-    assert float(losses[:, -10:].mean()) < 0.5 * float(losses[:, :10].mean())
+    assert float(log["loss"][:, -10:].mean()) < 0.5 * float(log["loss"][:, :10].mean())
+
+
+def test_early_stopping_keeps_the_best_weights_and_stops_after_the_patience():
+    from lab.train import causal_selection as train
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((200, 2)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * rng.standard_normal(200)).astype(np.float32)
+    # a stopping split from another relation: its loss soon rises while training fits (x, y)
+    x_stop = rng.standard_normal((100, 2)).astype(np.float32)
+    y_stop = (-x_stop[:, 0]).astype(np.float32)
+    schedule = train.Schedule(steps=300, batch=32, lr=3e-2, every=10, patience=3)
+    models = train.candidates(jax.random.key(2), 2, inputs=2, hidden=8)
+    trained, log = train.train(models, jax.random.split(jax.random.key(3), 2), x, y, x_stop,
+                               y_stop, schedule)
+    for i in range(2):
+        held = np.asarray(log["held"][i])
+        measured = np.flatnonzero(~np.isnan(held))
+        stop = int(log["stopped_at"][i])
+        assert stop < schedule.steps and measured[-1] == stop - 1  # nothing measured after
+        assert np.all((measured + 1) % schedule.every == 0)
+        losses = held[measured]
+        best = [k for k in range(len(losses)) if losses[k] < min(losses[:k], default=np.inf)
+                - schedule.min_delta]
+        assert len(losses) - 1 - best[-1] == schedule.patience  # patience spent, then stop
+        final = float(np.mean((np.asarray(train.predict(trained, x_stop))[i] - y_stop) ** 2))
+        assert final == pytest.approx(losses[best[-1]], rel=1e-5)  # the best weights kept

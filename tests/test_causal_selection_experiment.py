@@ -28,6 +28,9 @@ TINY = NOTEBOOK | SMOKE["14_causal_selection"]
     ({"candidates": 1}, "repeats and candidates must be at least 2"),
     ({"top_fraction": 0}, "top_fraction must be in (0, 1], got 0"),
     ({"preset": "huge"}, "unknown preset 'huge'; choose one of default, claim"),
+    ({"optimizer": "rmsprop"}, "unknown optimizer 'rmsprop'; use one of adam, sgd"),
+    ({"stop_every": 500}, "stop_every must be between 0 (no early stopping) and steps 300, "
+                          "got 500"),
 ])
 def test_bad_parameters_are_one_line_errors(change, message):
     with pytest.raises(ValueError) as error:
@@ -64,6 +67,7 @@ def test_a_trial_scores_every_rule_and_the_oracle_is_the_floor():
         chosen = res["validation"]["chosen"]
         assert res["validation"]["ood"] == pytest.approx(ood[chosen].mean())
         assert set(chosen) == set(np.argsort(t["validation"])[:setup.k])
+    assert np.all((t["stopped_at"] > 0) & (t["stopped_at"] <= setup.steps))
 
 
 def test_paired_counts_wins_and_tests_one_sided_on_a_hand_case():

@@ -4,10 +4,11 @@ graph is when their predictions stand in for the target.
 
 One **trial** (``trial`` for a synthetic SCM, ``diabetes_trial`` for the real data):
 
-1. data from the training domain, split into a training set and a selection (validation)
-   set, standardised with the training set's mean and standard deviation;
+1. data from the training domain, split into a training set, a stopping set (early
+   stopping, as the official code's Keras models do) and a selection (validation) set,
+   standardised with the training set's mean and standard deviation;
 2. ``candidates`` MLPs that differ only in their seed, trained together (``vmap``, one jit)
-   on every variable but the target;
+   on every variable but the target, each keeping its best weights on the stopping set;
 3. per candidate, on the selection set: the validation error (MSE) and the causal score
    (``lab.causal.select.causal_scores``) of the true graph and of an impostor graph, with
    the graph fixed and with a structure search that requires the graph's edges;
@@ -52,7 +53,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "claim": {"repeats": 30, "diabetes_repeats": 60},
 }
 PARAMETERS = ("preset", "nodes", "mechanisms", "shifts", "repeats", "candidates", "hidden",
-              "steps", "batch", "lr", "train_rows", "selection_rows", "test_rows",
+              "steps", "batch", "lr", "optimizer", "stop_every", "patience", "train_rows",
+              "stopping_rows", "selection_rows", "test_rows",
               "edge_probability", "shift_mean", "shift_scale", "top_fraction", "lam", "modes",
               "diabetes_repeats", "diabetes_hold_out", "seed")
 
@@ -67,10 +69,14 @@ class Setup:
     repeats: int  # trials per (nodes, mechanism); each is scored under every shift
     candidates: int  # MLPs per trial, differing only in their seed
     hidden: int  # units of each of the two hidden layers
-    steps: int  # Adam steps per candidate
+    steps: int  # optimiser steps per candidate, at most
     batch: int
     lr: float
+    optimizer: str  # adam, or sgd with momentum 0.9 (the official code's)
+    stop_every: int  # steps between early-stopping measurements; 0: no early stopping
+    patience: int  # measurements without improvement before a candidate stops
     train_rows: int
+    stopping_rows: int  # the early-stopping split (unused without early stopping)
     selection_rows: int  # the validation error and the causal score are measured here
     test_rows: int  # per shifted test domain
     edge_probability: float  # of each forward pair in a random DAG
@@ -82,6 +88,11 @@ class Setup:
     diabetes_repeats: int  # 0: no real-data trials
     diabetes_hold_out: float  # fraction of rows held out as the shifted domain
     seed: int
+
+    @property
+    def schedule(self) -> train.Schedule:
+        return train.Schedule(self.steps, self.batch, self.lr, self.optimizer, self.stop_every,
+                              self.patience)
 
     @property
     def k(self) -> int:
@@ -103,7 +114,7 @@ def configure(**params: Any) -> Setup:
         raise ValueError(f"nodes {list(nodes)} must be graph sizes from 2 to 12 (the search is "
                          "exhaustive per step)")
     for name in ("repeats", "candidates", "hidden", "steps", "batch", "train_rows",
-                 "selection_rows", "test_rows"):
+                 "stopping_rows", "selection_rows", "test_rows", "patience"):
         if p[name] < 1:
             raise ValueError(f"{name} must be at least 1, got {p[name]}")
     if p["repeats"] < 2 or p["candidates"] < 2:
@@ -121,6 +132,12 @@ def configure(**params: Any) -> Setup:
         raise ValueError(f"shift_scale must be positive, got {p['shift_scale']}")
     if p["lr"] <= 0:
         raise ValueError(f"lr must be positive, got {p['lr']}")
+    if p["optimizer"] not in train.OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {p['optimizer']!r}; use one of "
+                         f"{', '.join(train.OPTIMIZERS)}")
+    if not 0 <= p["stop_every"] <= p["steps"]:
+        raise ValueError(f"stop_every must be between 0 (no early stopping) and steps "
+                         f"{p['steps']}, got {p['stop_every']}")
     lam = p["lam"]
     if lam != "ancestors":
         try:
@@ -133,7 +150,9 @@ def configure(**params: Any) -> Setup:
     return Setup(nodes=nodes, mechanisms=tuple(p["mechanisms"]), shifts=tuple(p["shifts"]),
                  repeats=int(p["repeats"]), candidates=int(p["candidates"]),
                  hidden=int(p["hidden"]), steps=int(p["steps"]), batch=int(p["batch"]),
-                 lr=float(p["lr"]), train_rows=int(p["train_rows"]),
+                 lr=float(p["lr"]), optimizer=str(p["optimizer"]),
+                 stop_every=int(p["stop_every"]), patience=int(p["patience"]),
+                 train_rows=int(p["train_rows"]), stopping_rows=int(p["stopping_rows"]),
                  selection_rows=int(p["selection_rows"]), test_rows=int(p["test_rows"]),
                  edge_probability=float(p["edge_probability"]),
                  shift_mean=float(p["shift_mean"]), shift_scale=float(p["shift_scale"]),
@@ -166,24 +185,28 @@ def standardise(train_rows: np.ndarray, *others: np.ndarray) -> list[np.ndarray]
     return [(a - mean) / std for a in (train_rows, *others)]
 
 
-def fit_candidates(setup: Setup, seed: int, x: np.ndarray, y: np.ndarray):
-    """``candidates`` MLPs on ``(x, y)``, differing only in their seed: ``(models, losses)``."""
+def fit_candidates(setup: Setup, seed: int, x: np.ndarray, y: np.ndarray,
+                   x_stop: np.ndarray, y_stop: np.ndarray):
+    """``candidates`` MLPs on ``(x, y)``, differing only in their seed, early-stopped on
+    ``(x_stop, y_stop)`` if ``stop_every``: ``(models, log)``."""
     key_models, key_batches = jax.random.split(jax.random.key(seed))
     models = train.candidates(key_models, setup.candidates, x.shape[1], setup.hidden)
     keys = jax.random.split(key_batches, setup.candidates)
-    return train.train(models, keys, np.asarray(x, np.float32), np.asarray(y, np.float32),
-                       setup.steps, setup.batch, setup.lr)
+    f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
+    return train.train(models, keys, f32(x), f32(y), f32(x_stop), f32(y_stop), setup.schedule)
 
 
 def evaluate(setup: Setup, seed: int, names: tuple[str, ...], target: str,
-             train_data: np.ndarray, selection: np.ndarray, tests: dict[str, np.ndarray],
+             train_data: np.ndarray, stopping: np.ndarray, selection: np.ndarray,
+             tests: dict[str, np.ndarray],
              graph: Graph, impostor: Graph, knowledge: Knowledge | None = None
              ) -> dict[str, Any]:
     """Steps 2-5 of the module docstring on standardised data (columns in ``names`` order)."""
     j = names.index(target)
     inputs = [i for i in range(len(names)) if i != j]
     started = time.perf_counter()
-    models, losses = fit_candidates(setup, seed, train_data[:, inputs], train_data[:, j])
+    models, log = fit_candidates(setup, seed, train_data[:, inputs], train_data[:, j],
+                                 stopping[:, inputs], stopping[:, j])
     predict = lambda data: np.asarray(train.predict(models, np.asarray(data[:, inputs],  # noqa: E731
                                                                          np.float32)), float)
     on_selection = predict(selection)
@@ -224,7 +247,8 @@ def evaluate(setup: Setup, seed: int, names: tuple[str, ...], target: str,
             "impostor_edges": impostor.edges.tolist(), "lambda": lam,
             "validation": validation, "ood": ood, "causal": causal,
             "floored": {k: int(v.sum()) for k, v in floored.items()},
-            "final_loss": np.asarray(losses[:, -20:].mean(1)), "results": results,
+            "final_loss": np.asarray(log["loss"][:, -20:].mean(1)),
+            "stopped_at": np.asarray(log["stopped_at"]), "results": results,
             "seconds": {"train": trained, **seconds}}
 
 
@@ -246,7 +270,8 @@ def trial(setup: Setup, nodes: int, mechanism: str, repeat: int) -> dict[str, An
     while np.array_equal(impostor.edges, graph.edges):
         impostor = random_dag(rng, nodes, setup.edge_probability, graph.names)
     scm = SCM.random(rng, graph, mechanism)
-    rows = scm.sample(rng, setup.train_rows + setup.selection_rows)
+    n, m = setup.train_rows, setup.stopping_rows
+    rows = scm.sample(rng, n + m + setup.selection_rows)
     inputs = [i for i in range(nodes) if i != target]
     shifted = int(rng.choice(inputs))
     everything = dict.fromkeys(range(nodes))
@@ -256,10 +281,10 @@ def trial(setup: Setup, nodes: int, mechanism: str, repeat: int) -> dict[str, An
         tests[shift] = scm.sample(rng, setup.test_rows,
                                   shift=dict.fromkeys(which, setup.shift_mean),
                                   scale=dict.fromkeys(which, setup.shift_scale))
-    train_data, selection, *test_data = standardise(rows[:setup.train_rows],
-                                                    rows[setup.train_rows:], *tests.values())
-    out = evaluate(setup, seed, graph.names, graph.names[target], train_data, selection,
-                   dict(zip(tests, test_data, strict=True)), graph, impostor)
+    train_data, stopping, selection, *test_data = standardise(
+        rows[:n], rows[n:n + m], rows[n + m:], *tests.values())
+    out = evaluate(setup, seed, graph.names, graph.names[target], train_data, stopping,
+                   selection, dict(zip(tests, test_data, strict=True)), graph, impostor)
     return out | {"nodes": nodes, "mechanism": mechanism, "repeat": repeat,
                   "shifted_input": graph.names[shifted], "seed": seed}
 
@@ -291,7 +316,8 @@ def diabetes_graph() -> Graph:
 
 def diabetes_trial(setup: Setup, repeat: int) -> dict[str, Any]:
     """One real-data trial: a random input and side; its most extreme ``diabetes_hold_out``
-    rows are the shifted domain, the rest split 3:1 into training and selection rows."""
+    rows are the shifted domain, the rest split 3:1:1 into training, stopping and selection
+    rows (3:1 into training and selection without early stopping)."""
     names, rows = diabetes()
     graph = diabetes_graph()
     seed = int(np.random.SeedSequence([setup.seed, 99, repeat]).generate_state(1)[0])
@@ -302,12 +328,14 @@ def diabetes_trial(setup: Setup, repeat: int) -> dict[str, Any]:
     held = int(round(setup.diabetes_hold_out * len(rows)))
     out_rows = order[:held] if side == "smallest" else order[-held:]
     in_rows = rng.permutation(np.setdiff1d(np.arange(len(rows)), out_rows))
-    cut = int(0.75 * len(in_rows))
-    train_data, selection, shifted = standardise(rows[in_rows[:cut]], rows[in_rows[cut:]],
-                                                 rows[out_rows])
+    parts = (3, 1, 1) if setup.stop_every else (3, 0, 1)
+    a, b = (np.cumsum(parts)[:2] * len(in_rows)) // sum(parts)
+    train_data, stopping, selection, shifted = standardise(
+        rows[in_rows[:a]], rows[in_rows[a:b]] if b > a else rows[in_rows[:1]],
+        rows[in_rows[b:]], rows[out_rows])
     density = graph.edges.sum() / (len(names) * (len(names) - 1) / 2)
     impostor = random_dag(rng, len(names), float(density), names)
-    out = evaluate(setup, seed, names, "progression", train_data, selection,
+    out = evaluate(setup, seed, names, "progression", train_data, stopping, selection,
                    {"held_out": shifted}, graph, impostor, Knowledge(tiers=DIABETES_TIERS))
     return out | {"repeat": repeat, "shifted_input": names[variable], "side": side,
                   "seed": seed}

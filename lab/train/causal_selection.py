@@ -3,13 +3,20 @@ their seed (initialisation and minibatch order), trained together with ``jax.vma
 one jit.
 
     models = candidates(jax.random.key(0), count=100, inputs=5, hidden=32)
-    models, losses = train(models, keys, x, y, steps=500, batch=64, lr=1e-2)
+    models, log = train(models, keys, x, y, x_stop, y_stop, Schedule(steps=500, lr=1e-2))
     predictions = predict(models, x)          # (count, n)
 
 Each model maps one example's inputs ``(inputs,)`` to a scalar; the loss is the mean squared
-error. ``train`` is pure: the same keys and data give the same models, whether the models
-are trained together (vmapped) or one at a time (a test checks it).
+error. Training can stop early as the official code's Keras models do (``EarlyStopping`` with
+a patience, ``ModelCheckpoint`` keeping the best weights): every ``every`` steps the loss on
+a stopping split ``(x_stop, y_stop)`` is measured; the best weights so far are kept, and after
+``patience`` measurements without an improvement of ``min_delta`` the weights stop changing.
+Seeds then differ in where they stop, not only in where they start. ``train`` is pure: the
+same keys and data give the same models, whether the models are trained together (vmapped)
+or one at a time (a test checks it).
 """
+
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -17,6 +24,20 @@ import jax.numpy as jnp
 import optax
 
 from lab.models.feedforward import mlp
+
+OPTIMIZERS = ("adam", "sgd")
+
+
+class Schedule(NamedTuple):
+    """How every candidate trains (hashable: it is a static argument of the jit)."""
+
+    steps: int
+    batch: int = 64
+    lr: float = 3e-3
+    optimizer: str = "adam"  # or "sgd": momentum 0.9, as the official code's
+    every: int = 0  # steps between stopping-split measurements; 0: no early stopping
+    patience: int = 2  # measurements without improvement before the weights stop changing
+    min_delta: float = 1e-4
 
 
 def candidates(key: jax.Array, count: int, inputs: int, hidden: int = 32) -> eqx.Module:
@@ -32,39 +53,72 @@ def mse(model: eqx.Module, x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.mean((jax.vmap(model)(x)[:, 0] - y) ** 2)
 
 
-def train_one(model: eqx.Module, key: jax.Array, x: jax.Array, y: jax.Array, steps: int,
-              batch: int, lr: float) -> tuple[eqx.Module, jax.Array]:
-    """``steps`` Adam steps on minibatches of ``batch`` rows drawn with ``key``; returns the
-    model and the loss per step (``lax.scan``)."""
-    optimizer = optax.adam(lr)
-    params, static = eqx.partition(model, eqx.is_inexact_array)
+def optimizer_of(schedule: Schedule) -> optax.GradientTransformation:
+    if schedule.optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {schedule.optimizer!r}; use one of "
+                         f"{', '.join(OPTIMIZERS)}")
+    if schedule.optimizer == "sgd":
+        return optax.sgd(schedule.lr, momentum=0.9)
+    return optax.adam(schedule.lr)
 
-    def step(carry, key):
-        params, state = carry
-        rows = jax.random.randint(key, (batch,), 0, x.shape[0])
+
+def train_one(model: eqx.Module, key: jax.Array, x: jax.Array, y: jax.Array,
+              x_stop: jax.Array, y_stop: jax.Array, schedule: Schedule
+              ) -> tuple[eqx.Module, dict[str, jax.Array]]:
+    """``schedule.steps`` steps on minibatches drawn with ``key`` (``lax.scan``); returns the
+    best model on the stopping split (the last one without early stopping) and a log: the
+    minibatch loss per step, the stopping-split loss where measured (NaN elsewhere), and the
+    step at which the weights stopped changing (``steps`` if they never did)."""
+    optimizer = optimizer_of(schedule)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    pick = lambda c, a, b: jax.tree.map(lambda u, v: jnp.where(c, u, v), a, b)  # noqa: E731
+
+    def step(carry, inputs):
+        params, state, best, best_loss, bad, stopped_at = carry
+        i, key = inputs
+        rows = jax.random.randint(key, (schedule.batch,), 0, x.shape[0])
         loss, grads = jax.value_and_grad(
             lambda p: mse(eqx.combine(p, static), x[rows], y[rows]))(params)
-        updates, state = optimizer.update(grads, state, params)
-        return (optax.apply_updates(params, updates), state), loss
+        updates, new_state = optimizer.update(grads, state, params)
+        running = stopped_at == schedule.steps
+        params = pick(running, optax.apply_updates(params, updates), params)
+        state = pick(running, new_state, state)
+        if schedule.every:
+            measure = running & ((i + 1) % schedule.every == 0)
+            held = mse(eqx.combine(params, static), x_stop, y_stop)
+            better = measure & (held < best_loss - schedule.min_delta)
+            best = pick(better, params, best)
+            best_loss = jnp.where(better, held, best_loss)
+            bad = jnp.where(better, 0, bad + measure.astype(bad.dtype))
+            stopped_at = jnp.where(running & (bad >= schedule.patience), i + 1, stopped_at)
+            held = jnp.where(measure, held, jnp.nan)
+        else:
+            held = jnp.asarray(jnp.nan)
+        return (params, state, best, best_loss, bad, stopped_at), (loss, held)
 
-    (params, _), losses = jax.lax.scan(step, (params, optimizer.init(params)),
-                                       jax.random.split(key, steps))
-    return eqx.combine(params, static), losses
+    carry = (params, optimizer.init(params), params, jnp.asarray(jnp.inf), jnp.asarray(0),
+             jnp.asarray(schedule.steps))
+    steps = (jnp.arange(schedule.steps), jax.random.split(key, schedule.steps))
+    (params, _, best, _, _, stopped_at), (losses, held) = jax.lax.scan(step, carry, steps)
+    final = best if schedule.every else params
+    return eqx.combine(final, static), {"loss": losses, "held": held,
+                                        "stopped_at": stopped_at}
 
 
 @eqx.filter_jit
-def train(models: eqx.Module, keys: jax.Array, x: jax.Array, y: jax.Array, steps: int,
-          batch: int, lr: float) -> tuple[eqx.Module, jax.Array]:
+def train(models: eqx.Module, keys: jax.Array, x: jax.Array, y: jax.Array,
+          x_stop: jax.Array, y_stop: jax.Array, schedule: Schedule
+          ) -> tuple[eqx.Module, dict[str, jax.Array]]:
     """Every stacked model trained on ``(x, y)`` with its own key, in one compiled call:
-    ``(models, losses (count, steps))``."""
+    ``(models, log)``, the log's entries stacked per model (``loss``: ``(count, steps)``)."""
     params, static = eqx.partition(models, eqx.is_array)
 
     def one(p, key):
-        model, losses = train_one(eqx.combine(p, static), key, x, y, steps, batch, lr)
-        return eqx.filter(model, eqx.is_array), losses
+        model, log = train_one(eqx.combine(p, static), key, x, y, x_stop, y_stop, schedule)
+        return eqx.filter(model, eqx.is_array), log
 
-    params, losses = jax.vmap(one)(params, keys)
-    return eqx.combine(params, static), losses
+    params, log = jax.vmap(one)(params, keys)
+    return eqx.combine(params, static), log
 
 
 @eqx.filter_jit
