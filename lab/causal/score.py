@@ -26,6 +26,7 @@ import numpy as np
 from lab.causal.scm import Graph, check_dag, find_cycle
 
 FLOOR = 1e-3  # the residual variance floor, relative to the node's variance
+TOLERANCE = 1e-9  # the search's smallest gain, relative to the BIC
 
 
 class NodeScore(NamedTuple):
@@ -172,7 +173,10 @@ def search(data: np.ndarray, names: Sequence[str], knowledge: Knowledge = Knowle
     current = [score(j, np.flatnonzero(edges[:, j])) for j in range(d)]
     steps = 0
     while True:
-        best, move = 0.0, None
+        # a move must lower the BIC by more than rounding: reversing a covered edge leaves it
+        # unchanged in exact arithmetic (score equivalence), and rounding could otherwise make
+        # that reversal, and then its undoing, look like gains forever
+        best, move = -TOLERANCE * max(1.0, abs(sum(current))), None
         for i in range(d):
             for j in range(d):
                 if i == j:
