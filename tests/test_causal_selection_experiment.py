@@ -108,6 +108,8 @@ def test_verdict_and_summary_name_every_claim():
     pooled = m["pooled_causal_search"]
     assert pooled["trials"] == setup.repeats * cells
     assert pooled["wins"] + pooled["ties"] + pooled["losses"] == pooled["trials"]
+    linear = m["by_mechanism"]["linear"]["causal_search"]
+    assert linear["trials"] == pooled["trials"]  # the smoke cells are all linear
     curves = experiment.curves(m)
     assert len(curves["validation_normalised_ood"]["y"]) == cells + 1
 
