@@ -27,6 +27,9 @@ def main() -> None:
     parser.add_argument("--timing-steps", type=int, default=256)
     parser.add_argument("--train-batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--train-models", nargs="+", default=None,
+                        help="models whose training step is timed (default: every one; each "
+                             "compiles its own program)")
     parser.add_argument("--quick", action="store_true", help="narrow models, small sizes")
     args = parser.parse_args()
     if args.batch < 1 or args.timing_steps < 1 or args.train_batch < 1:
@@ -54,6 +57,10 @@ def main() -> None:
     except ValueError as error:
         parser.error(str(error))
     key = jax.random.key(0)
+    unknown = set(args.train_models or ()) - set(experiment.MODELS)
+    if unknown:
+        parser.error(f"unknown --train-models {', '.join(sorted(unknown))}; choose from "
+                     f"{', '.join(experiment.MODELS)}")
 
     print(f"{datetime.date.today()} {platform.node()} "
           f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
@@ -85,7 +92,7 @@ def main() -> None:
         updates, state = opt.update(grads, state, eqx.filter(model, eqx.is_inexact_array))
         return eqx.apply_updates(model, updates), state, loss
 
-    for kind in experiment.MODELS:
+    for kind in args.train_models or experiment.MODELS:
         model = experiment.build(setup, kind, experiment.SIZE, key)
         state = opt.init(eqx.filter(model, eqx.is_inexact_array))
         jax.block_until_ready(step(model, state, x))

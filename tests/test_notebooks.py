@@ -204,14 +204,6 @@ def test_proxprop_bad_values_fail_before_any_kernel_starts(tmp_path, name, value
     assert not out.exists()
 
 
-@pytest.mark.slow
-def test_vsml_notebook_meta_trains_with_evolution_strategies(tmp_path):
-    params = SMOKE["02_vsml"] | {"method": "es", "population": 4, "lr": 0.025}
-    result = run_notebook(ROOT / "notebooks/02_vsml.ipynb", params, out=tmp_path, progress=False)
-    assert result.status == "ok", result.error
-    assert result.metrics["method"] == "es"
-
-
 @pytest.mark.parametrize("params, message", [
     (["-p", "method", "es", "-p", "population", "7"], "ES population must be even"),
     (["-p", "steps", "0"], "steps (the meta-training episode length) must be at least 1"),

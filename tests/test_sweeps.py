@@ -311,7 +311,7 @@ def postgres():
 
 @pytest.mark.slow
 def test_a_sweep_with_4_workers_on_a_real_postgresql_server(toy, tmp_path, postgres):
-    spec = load_spec(_spec(toy, trials=8))
+    spec = load_spec(_spec(toy, trials=4))  # one each: pruning is the SQLite test's
     out = tmp_path / "reports"
     study = run_sweep(spec, out=out, storage=postgres, workers=4)
     assert {t.state for t in swept(study)} <= {TrialState.COMPLETE, TrialState.PRUNED}
