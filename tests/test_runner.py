@@ -151,7 +151,18 @@ def test_ctrl_c_marks_the_run_interrupted_and_keeps_it(tmp_path):
         wait_for(running, "the notebook's cell to start (it prints 'sleeping')", poll=0.2)
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
-    output, _ = proc.communicate(timeout=WAIT)
+    # Python ignores a KeyboardInterrupt that lands in a weakref callback (one fired while an
+    # import lock is released prints "Exception ignored in: <function _get_module_lock...>"):
+    # that Ctrl-C is lost, as it would be in a terminal, and the user presses it again. So
+    # does this test, after giving the first one a generous while to be handled.
+    for _ in range(4):
+        try:
+            output, _ = proc.communicate(timeout=WAIT / 4)
+            break
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGINT)
+    else:
+        output, _ = proc.communicate(timeout=WAIT)
     assert proc.returncode == 130, output
     (folder,) = run_dirs(out)
     assert provenance(folder)["status"] == "interrupted"
