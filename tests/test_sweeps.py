@@ -262,7 +262,10 @@ def test_a_killed_workers_trial_is_failed_by_heartbeat_and_run_again(toy, tmp_pa
     create(spec, url)
     victim = _worker(url, spec.name, out, fast)
     study, _ = load(url, spec.name)
-    wait_for(lambda: study.get_trials(states=(TrialState.RUNNING,)),
+    # the worker beats before it samples the parameters: once they are recorded, the trial has
+    # a heartbeat (a trial killed before its first beat can never go stale)
+    wait_for(lambda: [t for t in study.get_trials(states=(TrialState.RUNNING,))
+                      if "parameters" in t.user_attrs],
              "the victim worker to start its trial", poll=0.2)
     os.killpg(victim.pid, signal.SIGKILL)  # the worker and its notebook's kernel
     victim.wait()

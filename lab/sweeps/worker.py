@@ -71,7 +71,8 @@ def heartbeat(storage, trial_id: int):
 
 def run_trial(study: optuna.Study, trial: optuna.Trial, spec: SweepSpec, storage_url: str,
               out: Path) -> TrialState:
-    """Run the notebook for one trial and tell the study how it ended."""
+    """Run the notebook for one trial and tell the study how it ended. The caller holds the
+    trial's heartbeat (``heartbeat``) from the moment ``ask()`` made it."""
     try:
         values = suggest(trial, spec)
     except Exception as err:  # noqa: BLE001 (the sweep goes on)
@@ -82,7 +83,7 @@ def run_trial(study: optuna.Study, trial: optuna.Trial, spec: SweepSpec, storage
     env = {"storage": storage_url, "study": spec.name, "trial_id": trial._trial_id,
            "phases": spec.phases}
     start = time.monotonic()
-    with heartbeat(study._storage, trial._trial_id), environ(**{SWEEP_ENV: json.dumps(env)}):
+    with environ(**{SWEEP_ENV: json.dumps(env)}):
         try:
             result = run_notebook(spec.notebook, spec.fixed | values, out=out,
                                   timeout=spec.timeout, progress=False)
@@ -123,12 +124,16 @@ def work(storage_url: str, name: str, *, out: str | Path = "reports", worker: in
         if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             break
         trial = study.ask()
-        if trial.number >= spec.trials and not _is_retry(study, trial):
-            # another worker took the last waiting trial first; ask() made a new one
-            trial.set_user_attr("surplus", True)
-            study.tell(trial, state=TrialState.FAIL)
-            break
-        run_trial(study, trial, spec, storage_url, out)
+        # The trial is RUNNING from here on, and the storage only calls a trial stale once it
+        # has a heartbeat: beat at once, so that a worker killed now leaves a trial that fails
+        # and is retried rather than one that runs for ever.
+        with heartbeat(study._storage, trial._trial_id):
+            if trial.number >= spec.trials and not _is_retry(study, trial):
+                # another worker took the last waiting trial first; ask() made a new one
+                trial.set_user_attr("surplus", True)
+                study.tell(trial, state=TrialState.FAIL)
+                break
+            run_trial(study, trial, spec, storage_url, out)
         ran += 1
     return ran
 
