@@ -28,11 +28,11 @@ sys.path.insert(0, str(ROOT))
 from lab.experiments import run_notebook  # noqa: E402
 from lab.experiments.benchmarking import cpu_model  # noqa: E402
 from lab.experiments.runner import environ  # noqa: E402
-from tests.smoke import COMPILE, SMOKE  # noqa: E402
+from tests.smoke import SMOKE, compile_settings  # noqa: E402
 
 BUDGET_SECONDS = 60
 # compiled as in `make test`; JAX_DISABLE_MOST_OPTIMIZATIONS=0 to time the optimised programs
-COMPILE_AS_TESTS = {name: os.environ.get(name, value) for name, value in COMPILE.items()}
+COMPILE_AS_TESTS = compile_settings(os.environ, sys.executable)
 
 
 def slowest_cells(executed: Path, count: int) -> list[tuple[float, int, str]]:

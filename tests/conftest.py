@@ -2,26 +2,30 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from tests.smoke import COMPILE
+from tests.smoke import compile_settings
+
+SETTINGS_SET = "LAB_TESTS_COMPILE_SETTINGS"  # set once the first process has chosen them
 
 
 def _compile_less() -> str | None:
     """Compile less in every process of the test run: the xdist workers and all they start
     (notebook kernels, papermill, sweep workers, simulated-device scripts) inherit these
     variables, which jax reads at import. Most optimisations off (``tests.smoke.COMPILE``,
-    where the user has not set their own), and one persistent XLA compilation cache for the
+    where the user has not set their own, and XLA's quicker-compiling CPU fusion emitters:
+    ``tests.smoke.compile_settings``), and one persistent XLA compilation cache for the
     run: a program one process compiled is loaded, not compiled again, by the next that
     needs it. A new, empty folder per run, removed at the end, so nothing an earlier run
     compiled (another jax, other code, other flags) is ever read.
 
     Returns the cache folder when this process made it (the xdist controller, or a plain
     pytest); None when it inherited one (a worker) or the user set their own."""
-    for name, value in COMPILE.items():
-        os.environ.setdefault(name, value)
+    if os.environ.get(SETTINGS_SET) != "1":  # the first process; its workers inherit them
+        os.environ.update(compile_settings(os.environ, sys.executable), **{SETTINGS_SET: "1"})
     if "JAX_COMPILATION_CACHE_DIR" in os.environ:
         return None
     folder = tempfile.mkdtemp(prefix="lab-tests-xla-cache-")
