@@ -83,6 +83,22 @@ def test_run_notebook_writes_records_provenance_and_figures(notebooks, tmp_path)
     assert result.run_dir.name.startswith("b_records-")
 
 
+def test_provenance_asks_for_the_devices_again_when_the_device_environment_changes(
+        monkeypatch):
+    from lab.experiments import provenance as prov
+
+    monkeypatch.setattr(prov, "_devices_seen", {})
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=3")
+    three = prov.jax_devices()
+    assert three == [f"cpu:{i} cpu" for i in range(3)]
+    monkeypatch.setattr(subprocess, "run", None)  # a second ask would fail: it is remembered
+    assert prov.jax_devices() == three
+    monkeypatch.undo()
+    monkeypatch.setattr(prov, "_devices_seen", {})
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    assert prov.jax_devices() == ["cpu:0 cpu", "cpu:1 cpu"]
+
+
 def test_run_notebook_hide_code_leaves_code_out(notebooks, tmp_path):
     result = run_notebook(notebooks / "b_records.ipynb", out=tmp_path / "r", hide_code=True,
                           progress=False)

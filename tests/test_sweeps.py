@@ -256,7 +256,8 @@ def test_a_killed_workers_trial_is_failed_by_heartbeat_and_run_again(toy, tmp_pa
     from lab.sweeps.study import create, default_storage
 
     fast = {"LAB_SWEEP_HEARTBEAT": "1", "LAB_SWEEP_GRACE": "3"}
-    spec = load_spec(_spec(toy, trials=1, retries=1, fixed={"sleep": 3.0}, pruner="none"))
+    # 4 evaluations of 1 s each after the kernel starts: the victim is killed before its kernel
+    spec = load_spec(_spec(toy, trials=1, retries=1, fixed={"sleep": 1.0}, pruner="none"))
     out = tmp_path / "reports"
     url = default_storage(out, spec.name)
     create(spec, url)

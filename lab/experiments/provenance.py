@@ -42,9 +42,19 @@ def _version(package: str) -> str | None:
         return None
 
 
+# the variables that decide which devices JAX sees; runs in one process with the same values
+# share one answer
+_DEVICE_VARIABLES = ("JAX_", "XLA_", "CUDA_", "NVIDIA_", "TPU_", "ROCR_", "HIP_")
+_devices_seen: dict[tuple, list[str]] = {}
+
+
 def jax_devices() -> list[str]:
     """The JAX devices, asked in a child process: importing jax here would make the
-    runner hold GPU memory that the notebook's kernel needs."""
+    runner hold GPU memory that the notebook's kernel needs. Asked once per process and
+    device environment (about 1.2 s each time here); a failed answer is asked again."""
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_DEVICE_VARIABLES)))
+    if key in _devices_seen:
+        return list(_devices_seen[key])
     code = ("import jax; print('\\n'.join(f'{d.platform}:{d.id} {d.device_kind}' "
             "for d in jax.devices()))")
     env = os.environ | {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
@@ -53,7 +63,8 @@ def jax_devices() -> list[str]:
                              env=env, timeout=120, check=True)
     except (OSError, subprocess.SubprocessError) as err:
         return [f"unknown ({type(err).__name__})"]
-    return out.stdout.splitlines()
+    _devices_seen[key] = out.stdout.splitlines()
+    return list(_devices_seen[key])
 
 
 def collect(notebook: Path, parameters: dict, overrides: dict) -> dict[str, Any]:
