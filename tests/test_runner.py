@@ -91,10 +91,10 @@ def test_provenance_asks_for_the_devices_again_when_the_device_environment_chang
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=3")
     three = prov.jax_devices()
     assert three == [f"cpu:{i} cpu" for i in range(3)]
-    monkeypatch.setattr(subprocess, "run", None)  # a second ask would fail: it is remembered
-    assert prov.jax_devices() == three
-    monkeypatch.undo()
-    monkeypatch.setattr(prov, "_devices_seen", {})
+    with monkeypatch.context() as m:
+        m.setattr(subprocess, "run", None)  # a second ask would fail: it is remembered
+        assert prov.jax_devices() == three
+    # the remembered answer is for that device count only
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
     assert prov.jax_devices() == ["cpu:0 cpu", "cpu:1 cpu"]
 
