@@ -4,6 +4,7 @@ small notebook with 4 worker processes on SQLite and on a real PostgreSQL server
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -270,14 +271,35 @@ def test_a_killed_workers_trial_is_failed_by_heartbeat_and_run_again(toy, tmp_pa
              "the victim worker to start its trial", poll=0.2)
     os.killpg(victim.pid, signal.SIGKILL)  # the worker and its notebook's kernel
     victim.wait()
-    # the storage's own test of a dead worker: no heartbeat for longer than the grace period
-    wait_for(lambda: study._storage._get_stale_trial_ids(study._study_id),
-             "the killed worker's trial to go stale", poll=0.2)
-    assert _worker(url, spec.name, out, fast).wait(timeout=WAIT) == 0
+
+    def next_worker_fails_it():
+        # until the trial has had no heartbeat for the grace period, a worker finds nothing
+        # waiting and leaves; after, it fails the trial as stale and runs its retry
+        assert _worker(url, spec.name, out, fast).wait(timeout=WAIT) == 0
+        return study.get_trials()[0].state == TrialState.FAIL
+
+    wait_for(next_worker_fails_it, "a worker to fail the killed worker's trial", poll=0.2)
     first, retry = study.get_trials()
     assert first.state == TrialState.FAIL
     assert retry.state == TrialState.COMPLETE and retry.params == first.params
     assert optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(retry) == 0
+
+
+def test_sweeps_use_optuna_public_api_only():
+    # Optuna's private attributes may change in any minor release and break every sweep
+    root = Path(__file__).resolve().parents[1]
+    sources = [*sorted((root / "lab" / "sweeps").glob("*.py")),
+               root / "lab" / "experiments" / "phases.py"]
+    private = re.compile(r"\._storage\b|\._trial_id\b|\._study_id\b|\bTrial\(")
+    assert root / "lab" / "sweeps" / "worker.py" in sources
+    uses = [f"{path.relative_to(root)}:{number}: {line.strip()}" for path in sources
+            for number, line in enumerate(path.read_text().splitlines(), 1)
+            if private.search(line)]
+    assert not uses, "\n".join(uses)
+    assert private.search("study._storage.get_trial(trial._trial_id)")  # it can fail
+    assert all(private.search(f"{name}(study, 3)")
+               for name in ("optuna.trial.Trial", "optuna.Trial", "Trial"))
+    assert not private.search("optuna.trial.FrozenTrial(") and not private.search("t.number")
 
 
 def _free_port() -> int:

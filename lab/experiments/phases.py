@@ -8,6 +8,12 @@ phase's intermediate value, and the study's pruner (HyperTrick) decides: ``False
 stop training now; the notebook then finishes its cells as usual and the run records
 ``pruned_at_phase``. Outside a sweep it returns True and does nothing, so the same
 notebook runs in JupyterLab, under papermill and as a trial.
+
+The trial belongs to the worker, which asked for it and tells the study how it ended
+(PRUNED through ``study.tell``, Optuna's ask-and-tell way). So ``report_phase`` returns
+False rather than raising ``optuna.TrialPruned``: that exception is for an objective run
+by ``study.optimize``, and here it would stop the notebook before it records
+``pruned_at_phase`` and writes its report, making a pruned run a failed one.
 """
 
 import json
@@ -17,8 +23,9 @@ import os
 from lab.experiments.records import record
 
 SWEEP_ENV = "LAB_SWEEP"
-"""JSON ``{"storage", "study", "trial_id", "phases"}``, set by the sweep worker."""
-_trial = {}  # the kernel's trial: {"trial": optuna.Trial, "phase": last phase reported}
+"""JSON ``{"storage", "study", "trial", "phases"}`` (``trial``: the trial's number), set by
+the sweep worker."""
+_trial = {}  # the kernel's trial: its study, storage and id, the last phase reported
 
 
 def in_sweep() -> bool:
@@ -27,15 +34,17 @@ def in_sweep() -> bool:
 
 def _current():
     info = json.loads(os.environ[SWEEP_ENV])
-    key = (info["storage"], info["study"], info["trial_id"])
+    key = (info["storage"], info["study"], info["trial"])
     if _trial.get("key") != key:
-        import optuna
-
         from lab.sweeps import study as studies
 
-        study, _ = studies.load(info["storage"], info["study"], check_notebook=False)
-        _trial.update(key=key, trial=optuna.trial.Trial(study, info["trial_id"]), phase=0,
-                      phases=info["phases"], values=[])
+        # Optuna makes a ``Trial`` for a running trial only in the process that asked for
+        # it; this kernel reports through the storage's public methods with the trial's id.
+        spec = studies.read_spec(info["storage"], info["study"], check_notebook=False)
+        storage = studies.make_storage(info["storage"], spec.retries)
+        _trial.update(key=key, study=studies.open_study(storage, info["study"], spec),
+                      storage=storage, id=studies.trial_id(storage, info["study"], info["trial"]),
+                      phase=0, phases=info["phases"], values=[])
     return _trial
 
 
@@ -49,10 +58,11 @@ def report_phase(fraction: float, value: float) -> bool:
         return True
     state["phase"] = phase
     value = float(value)
-    state["trial"].report(value, phase)
+    storage, study = state["storage"], state["study"]
+    storage.set_trial_intermediate_value(state["id"], phase, value)
     state["values"].append(value)
     record(sweep_phase=phase, sweep_phase_values=state["values"])
-    if phase < state["phases"] and state["trial"].should_prune():
+    if phase < state["phases"] and study.pruner.prune(study, storage.get_trial(state["id"])):
         record(pruned_at_phase=phase)
         return False
     return True

@@ -116,10 +116,9 @@ def create(spec: SweepSpec, storage_url: str) -> optuna.Study:
     return study
 
 
-def load(storage_url: str, name: str, worker: int = 0, *, check_notebook: bool = True
-         ) -> tuple[optuna.Study, SweepSpec]:
-    """The study and its spec, with the spec's sampler and pruner; a worker checks the spec
-    against its own copy of the notebook (``check_notebook``), a trial's kernel need not."""
+def read_spec(storage_url: str, name: str, *, check_notebook: bool = True) -> SweepSpec:
+    """The spec stored with study ``name``; a worker checks it against its own copy of the
+    notebook (``check_notebook``), a trial's kernel need not."""
     plain = make_storage(storage_url)
     names = optuna.get_all_study_names(plain)
     if name not in names:
@@ -128,10 +127,30 @@ def load(storage_url: str, name: str, worker: int = 0, *, check_notebook: bool =
     raw = optuna.load_study(study_name=name, storage=plain).user_attrs.get("spec")
     if raw is None:
         raise ValueError(f"study {name!r} was not created by `lab sweep` (it has no spec)")
-    spec = load_spec(raw, check_notebook=check_notebook)
-    study = optuna.load_study(study_name=name, storage=make_storage(storage_url, spec.retries),
-                              sampler=make_sampler(spec, worker), pruner=make_pruner(spec))
-    return study, spec
+    return load_spec(raw, check_notebook=check_notebook)
+
+
+def open_study(storage: RDBStorage, name: str, spec: SweepSpec, worker: int = 0
+               ) -> optuna.Study:
+    """Study ``name`` in ``storage`` (from ``make_storage``) with the spec's sampler and
+    pruner. The caller keeps ``storage``: heartbeats and trial ids are the storage's."""
+    return optuna.load_study(study_name=name, storage=storage,
+                             sampler=make_sampler(spec, worker), pruner=make_pruner(spec))
+
+
+def load(storage_url: str, name: str, worker: int = 0, *, check_notebook: bool = True
+         ) -> tuple[optuna.Study, SweepSpec]:
+    """The study and its spec, with the spec's sampler and pruner (``read_spec``)."""
+    spec = read_spec(storage_url, name, check_notebook=check_notebook)
+    return open_study(make_storage(storage_url, spec.retries), name, spec, worker), spec
+
+
+def trial_id(storage: RDBStorage, name: str, number: int) -> int:
+    """The id in ``storage`` of trial ``number`` of study ``name``: heartbeats and
+    ``storage.get_trial`` take the id, which Optuna's ``Trial`` keeps private (its number is
+    public and unique within the study)."""
+    study_id = storage.get_study_id_from_name(name)
+    return storage.get_trial_id_from_study_id_trial_number(study_id, number)
 
 
 def expected_survivors(spec: SweepSpec) -> float:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from lab.experiments.phases import SWEEP_ENV
@@ -48,7 +49,7 @@ def suggest(trial: optuna.Trial, spec: SweepSpec) -> dict[str, Any]:
 
 
 @contextmanager
-def heartbeat(storage, trial_id: int):
+def heartbeat(storage: RDBStorage, trial_id: int):
     """Record the trial's heartbeat every few seconds while the block runs."""
     done = threading.Event()
 
@@ -69,10 +70,11 @@ def heartbeat(storage, trial_id: int):
         thread.join()
 
 
-def run_trial(study: optuna.Study, trial: optuna.Trial, spec: SweepSpec, storage_url: str,
-              out: Path) -> TrialState:
-    """Run the notebook for one trial and tell the study how it ended. The caller holds the
-    trial's heartbeat (``heartbeat``) from the moment ``ask()`` made it."""
+def run_trial(study: optuna.Study, storage: RDBStorage, trial: optuna.Trial, trial_id: int,
+              spec: SweepSpec, storage_url: str, out: Path) -> TrialState:
+    """Run the notebook for one trial and tell the study how it ended. ``storage`` is the
+    study's own and ``trial_id`` the trial's id in it (``study.trial_id``); the caller holds
+    the trial's heartbeat (``heartbeat``) from the moment ``ask()`` made it."""
     try:
         values = suggest(trial, spec)
     except Exception as err:  # noqa: BLE001 (the sweep goes on)
@@ -80,7 +82,7 @@ def run_trial(study: optuna.Study, trial: optuna.Trial, spec: SweepSpec, storage
         study.tell(trial, state=TrialState.FAIL)
         return TrialState.FAIL
     trial.set_user_attr("parameters", values)
-    env = {"storage": storage_url, "study": spec.name, "trial_id": trial._trial_id,
+    env = {"storage": storage_url, "study": spec.name, "trial": trial.number,
            "phases": spec.phases}
     start = time.monotonic()
     with environ(**{SWEEP_ENV: json.dumps(env)}):
@@ -91,7 +93,7 @@ def run_trial(study: optuna.Study, trial: optuna.Trial, spec: SweepSpec, storage
                                                result.metrics)
         except Exception as err:  # noqa: BLE001 (a value the notebook refused, say)
             status, error, run_dir, metrics = "failed", f"{type(err).__name__}: {err}", None, {}
-    state = study._storage.get_trial(trial._trial_id).state
+    state = storage.get_trial(trial_id).state
     if state.is_finished():  # failed meanwhile as stale (heartbeats held up): keep that
         return state
     attrs = {"seconds": round(time.monotonic() - start, 2), "status": status,
@@ -116,7 +118,9 @@ def work(storage_url: str, name: str, *, out: str | Path = "reports", worker: in
          max_trials: int | None = None) -> int:
     """Run the study's waiting trials one after another until none is left (or
     ``max_trials`` ran); returns how many this worker ran."""
-    study, spec = studies.load(storage_url, name, worker)
+    spec = studies.read_spec(storage_url, name)
+    storage = studies.make_storage(storage_url, spec.retries)
+    study = studies.open_study(storage, name, spec, worker)
     out = Path(out) / "sweeps" / name
     ran = 0
     while max_trials is None or ran < max_trials:
@@ -127,20 +131,20 @@ def work(storage_url: str, name: str, *, out: str | Path = "reports", worker: in
         # The trial is RUNNING from here on, and the storage only calls a trial stale once it
         # has a heartbeat: beat at once, so that a worker killed now leaves a trial that fails
         # and is retried rather than one that runs for ever.
-        with heartbeat(study._storage, trial._trial_id):
-            if trial.number >= spec.trials and not _is_retry(study, trial):
+        trial_id = studies.trial_id(storage, name, trial.number)
+        with heartbeat(storage, trial_id):
+            if trial.number >= spec.trials and not _is_retry(storage.get_trial(trial_id)):
                 # another worker took the last waiting trial first; ask() made a new one
                 trial.set_user_attr("surplus", True)
                 study.tell(trial, state=TrialState.FAIL)
                 break
-            run_trial(study, trial, spec, storage_url, out)
+            run_trial(study, storage, trial, trial_id, spec, storage_url, out)
         ran += 1
     return ran
 
 
-def _is_retry(study: optuna.Study, trial: optuna.Trial) -> bool:
-    frozen = study._storage.get_trial(trial._trial_id)
-    return optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen) is not None
+def _is_retry(frozen: optuna.trial.FrozenTrial) -> bool:
+    return RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen) is not None
 
 
 def run_sweep(spec: SweepSpec, *, out: str | Path = "reports", storage: str | None = None,
