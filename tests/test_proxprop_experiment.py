@@ -11,11 +11,9 @@ import optax
 import pytest
 
 from lab.data import load
+from lab.experiments.params import notebook_parameters
 from lab.experiments.proxprop import (
-    NOTEBOOK_DEFAULTS,
-    PRESETS,
     Comparison,
-    apply_preset,
     compare,
     configure,
     curves,
@@ -38,6 +36,8 @@ from lab.train.proxprop import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DEFAULTS = {name: p.default for name, p in notebook_parameters(
+    ROOT / "notebooks/01_proxprop.ipynb").items()}
 
 
 def _curves(train_loss):
@@ -85,26 +85,9 @@ def test_verdict_reports_a_claim_that_does_not_hold():
     assert v["claim_stable_where_backprop_diverges"] is False  # both diverged at 1.0
 
 
-def test_apply_preset_sets_values_left_at_defaults_and_rejects_unknown_names():
-    assert apply_preset("default", {"lr": 3.0}) == {"lr": 3.0}
-    assert apply_preset("paper_mlp", {"lr": 3.0})["hidden"] == [4000, 1000, 4000]
-    defaults = NOTEBOOK_DEFAULTS | {"epochs": 1, "solver": "cg10"}  # given explicitly
-    fashion = apply_preset("fashion_mlp", defaults)
-    assert fashion["epochs"] == 1 and fashion["solver"] == "cg10"
-    assert fashion["lr_grid"] == PRESETS["fashion_mlp"]["lr_grid"]
-    assert fashion["train_size"] == PRESETS["fashion_mlp"]["train_size"]
+def test_configure_refuses_an_unknown_preset():
     with pytest.raises(ValueError, match="unknown preset 'paper'; choose one of default"):
-        apply_preset("paper", {})
-
-
-def test_notebook_defaults_are_the_parameters_cell():
-    import nbformat
-
-    notebook = nbformat.read(ROOT / "notebooks/01_proxprop.ipynb", as_version=4)
-    cell = next(c for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
-    values = {}
-    exec(cell.source, {}, values)
-    assert {k: values[k] for k in NOTEBOOK_DEFAULTS} == NOTEBOOK_DEFAULTS
+        configure(**NOTEBOOK_DEFAULTS | {"preset": "paper"})
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -83,6 +83,45 @@ def test_run_notebook_writes_records_provenance_and_figures(notebooks, tmp_path)
     assert result.run_dir.name.startswith("b_records-")
 
 
+TINY_EXPERIMENT = """
+from lab.experiments.params import with_preset
+
+PRESETS = {"default": {}, "big": {"steps": 50, "width": 8}}
+
+
+def configure(**params):
+    if params["width"] < 1:
+        raise ValueError(f"width must be at least 1, got {params['width']}")
+    return with_preset(params, PRESETS)
+"""
+
+
+def test_an_explicit_value_beats_the_preset_in_the_kernel_and_the_record_says_so(
+        tmp_path, monkeypatch):
+    """``-p preset big -p steps 5``: the kernel trains 5 steps (the notebook's default, given
+    explicitly, which a value-based rule would mistake for "not given"), the preset's width;
+    provenance and the report header give each value's source."""
+    (tmp_path / "tiny_experiment.py").write_text(TINY_EXPERIMENT)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the kernel imports it too
+    path = write_notebook(tmp_path / "tiny.ipynb", 'preset = "default"\nsteps = 5\nwidth = 2',
+                          "import tiny_experiment\nfrom lab.experiments import record\n"
+                          "p = tiny_experiment.configure(preset=preset, steps=steps, "
+                          "width=width)\nrecord(steps=p['steps'], width=p['width'])")
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["lab"] = {"validate": "tiny_experiment:configure"}
+    nbformat.write(nb, path)
+    result = run_notebook(path, {"preset": "big", "steps": "5"}, out=tmp_path / "r",
+                          progress=False)
+    assert result.status == "ok" and result.metrics == {"steps": 5, "width": 8}
+    run = provenance(result.run_dir)
+    assert run["preset"] == "big" and run["overrides"] == {"preset": "big", "steps": 5}
+    assert run["parameters"] == {"preset": "big", "steps": 5, "width": 8}
+    assert run["parameter_sources"] == {"preset": "explicit", "steps": "explicit",
+                                        "width": "preset big"}
+    assert "preset big" in result.report.read_text()
+
+
 def test_provenance_asks_for_the_devices_again_when_the_device_environment_changes(
         monkeypatch):
     from lab.experiments import provenance as prov
@@ -147,8 +186,11 @@ def test_dead_kernel_is_recorded_as_failed(tmp_path):
 
 def test_ctrl_c_marks_the_run_interrupted_and_keeps_it(tmp_path):
     # asleep far longer than the wait below, so Ctrl-C always comes while the cell runs
+    # (it says so in a file in its run folder, its working directory: papermill saves a
+    # cell's output only when the cell ends or another message comes)
     notebook = write_notebook(tmp_path / "sleepy.ipynb", "seconds = 3600",
-                              "import time\nprint('sleeping', flush=True)\ntime.sleep(seconds)")
+                              "import pathlib, time\npathlib.Path('sleeping').touch()\n"
+                              "time.sleep(seconds)")
     out = tmp_path / "r"
     # A job started in the background inherits SIGINT ignored, and so does all it starts;
     # a terminal's foreground job has Python's KeyboardInterrupt handler, which is what
@@ -160,11 +202,10 @@ def test_ctrl_c_marks_the_run_interrupted_and_keeps_it(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def running():
-        executed = list(out.glob("runs/*/sleepy.ipynb"))
-        return bool(executed) and "sleeping" in executed[0].read_text()
+        return any(out.glob("runs/*/sleeping"))
 
     try:
-        wait_for(running, "the notebook's cell to start (it prints 'sleeping')", poll=0.2)
+        wait_for(running, "the notebook's cell to start (it writes 'sleeping')", poll=0.2)
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
     # Python ignores a KeyboardInterrupt that lands in a weakref callback (one fired while an

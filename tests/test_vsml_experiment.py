@@ -185,12 +185,14 @@ def test_hidden_vsml_layers_meta_train_and_meta_test_on_other_class_counts():
 
 
 def test_configure_puts_the_preset_over_the_parameters():
+    from lab.experiments.params import with_preset
+
     assert configure(**DEFAULTS | {"preset": "default"}) == configure(**DEFAULTS)
     setup = configure(**DEFAULTS | {"preset": "mnist"})
     assert setup.preset == "mnist" and setup.meta_dataset == "mnist_5k"
     assert setup.tasks == ("mnist_5k", "fashion_mnist") and setup.test_episodes == 64
     assert setup.seeds == DEFAULTS["seeds"]  # what the preset does not name stays
-    assert configure(**experiment.apply_preset(DEFAULTS | {"preset": "mnist"})) == setup
+    assert configure(**with_preset(DEFAULTS | {"preset": "mnist"}, experiment.PRESETS)) == setup
     with pytest.raises(ValueError, match=r"^unknown preset 'cifar'; choose one of default, mnist$"):
         configure(**DEFAULTS | {"preset": "cifar"})
     with pytest.raises(ValueError, match="unknown meta-training dataset 'mnist'; choose one of "
@@ -204,7 +206,7 @@ def test_an_unknown_preset_is_refused_before_a_kernel_starts():
 
     with pytest.raises(ParameterError, match="02_vsml.ipynb: unknown preset 'cifar'; choose one"):
         resolve(ROOT / "notebooks/02_vsml.ipynb", {"preset": "cifar"})
-    merged, _ = resolve(ROOT / "notebooks/02_vsml.ipynb", {"preset": "mnist"})
+    merged = resolve(ROOT / "notebooks/02_vsml.ipynb", {"preset": "mnist"}).values
     assert configure(**merged).meta_dataset == "mnist_5k"
 
 

@@ -1,8 +1,12 @@
 """``python -m lab``: run notebooks into reports, rebuild the index.
 
     python -m lab run notebooks/00_quickstart.ipynb -p epochs 2 [--out reports]
-    python -m lab run --all [--notebooks notebooks] [--force]   # reuses unchanged runs
+    python -m lab run NOTEBOOK -p preset claim -f params.yaml -y "seeds: 5" -r name text
+    python -m lab run NOTEBOOK ... --prepare-only   # the prepared notebook; nothing runs
+    python -m lab run --all [--preset gpu] [--notebooks notebooks] [--force]
+    python -m lab import DIR...                     # run folders made on other machines
     python -m lab report
+    python -m lab --version
     python -m lab sweep run sweeps/mpo_pendulum.yaml [--workers 4] [--storage URL]
     python -m lab sweep worker --storage URL --study NAME      # join from any machine
     python -m lab sweep report --storage URL --study NAME
@@ -12,31 +16,61 @@ import argparse
 import sys
 from pathlib import Path
 
-from lab.experiments.params import ParameterError
+import yaml
+
+import lab
+from lab.experiments.params import ParameterError, resolve
+from lab.experiments.provenance import git_state
 from lab.experiments.report import build_index
 from lab.experiments.runner import (
     DEFAULT_CELL_TIMEOUT,
     INTERRUPTED,
     OK,
     RunnerError,
+    offers,
     run_all,
     run_notebook,
+    write_prepared,
 )
+
+
+def _version() -> str:
+    import papermill
+
+    git = git_state(Path(lab.__file__).parent)
+    commit = f", commit {git['commit'][:8]}{'+dirty' if git['dirty'] else ''}" \
+        if git["commit"] else ""
+    return f"lab {lab.__version__}{commit} (papermill {papermill.__version__})"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    commands = parser.add_subparsers(dest="command")
     run = commands.add_parser("run", help="execute notebooks and write their reports")
     run.add_argument("notebook", nargs="?", type=Path, help="the .ipynb file to run")
-    run.add_argument("--all", action="store_true", help="run every notebook with its defaults")
+    run.add_argument("--all", action="store_true", help="run every notebook (with --preset: "
+                     "every notebook that has that preset)")
+    run.add_argument("--preset", help="with --all: run each notebook that defines this preset "
+                     "with it, and list the others as skipped (e.g. --preset gpu)")
     run.add_argument("--notebooks", type=Path, default=Path("notebooks"),
                      help="folder that --all runs (default: notebooks)")
     run.add_argument("--force", action="store_true",
                      help="with --all: run every notebook, even one whose inputs are "
                      "unchanged since its last ok run")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
-                     metavar=("NAME", "VALUE"), help="override a parameter (repeatable)")
+                     metavar=("NAME", "VALUE"), help="a parameter's value, converted to the "
+                     "type of its default (repeatable); beats the preset's and the notebook's")
+    run.add_argument("-r", "--parameter-raw", nargs=2, action="append", default=[],
+                     metavar=("NAME", "VALUE"), help="a parameter's value as a raw string "
+                     "(repeatable)")
+    run.add_argument("-f", "--parameters-file", type=Path, metavar="FILE",
+                     help="parameters from a YAML file (a mapping of name: value)")
+    run.add_argument("-y", "--parameters-yaml", metavar="YAML",
+                     help='parameters as a YAML mapping, e.g. "{seeds: 5, lr: 0.1}"')
+    run.add_argument("--prepare-only", action="store_true",
+                     help="write the prepared notebook and its effective parameters under "
+                     "<out>/prepared/ and run nothing")
     run.add_argument("--out", type=Path, default=Path("reports"),
                      help="reports folder (default: reports)")
     run.add_argument("--timeout", type=int, default=DEFAULT_CELL_TIMEOUT,
@@ -46,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="rebuild <out>/index.html and "
                                  "<out>/claims.html from the runs")
     report.add_argument("--out", type=Path, default=Path("reports"))
+    bring = commands.add_parser("import", help="bring run folders made elsewhere (another "
+                                "machine, a lent GPU) into <out>/runs, after checking them")
+    bring.add_argument("folders", nargs="+", type=Path, metavar="DIR",
+                       help="run folders, each with provenance.json and metrics.json")
+    bring.add_argument("--out", type=Path, default=Path("reports"))
     sweep = commands.add_parser("sweep", help="parameter sweeps with early termination")
     actions = sweep.add_subparsers(dest="action", required=True)
     start = actions.add_parser("run", help="create a study from a YAML spec and run it here")
@@ -91,35 +130,79 @@ def _sweep(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command == "sweep":
+def _yaml_mapping(text: str, where: str) -> dict:
+    try:
+        values = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise ParameterError(
+            f"{where} is not valid YAML ({first}); write name: value lines") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict) or not all(isinstance(k, str) for k in values):
+        raise ParameterError(f"{where} must be a YAML mapping of parameter names to values, "
+                             f"got {type(values).__name__}")
+    return values
+
+
+def explicit_values(args) -> tuple[dict, dict]:
+    """The explicit values of ``run``, merged as papermill merges them: ``-f`` file, then
+    ``-y``, then ``-p``; and the raw ``-r`` strings, which come last."""
+    values = {}
+    if args.parameters_file is not None:
         try:
-            return _sweep(args)
-        except ValueError as err:  # SpecError, a storage that cannot be opened, ...
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-    if args.command == "report":
-        print(build_index(args.out))
-        return 0
+            text = args.parameters_file.read_text()
+        except OSError as err:
+            raise ParameterError(f"cannot read parameters file {args.parameters_file} "
+                                 f"({err.strerror}); pass an existing YAML file to -f") from None
+        values |= _yaml_mapping(text, f"parameters file {args.parameters_file}")
+    if args.parameters_yaml is not None:
+        values |= _yaml_mapping(args.parameters_yaml, "-y")
+    values |= dict(args.parameter)
+    raw = dict(args.parameter_raw)
+    return {k: v for k, v in values.items() if k not in raw}, raw
+
+
+def _show(resolution) -> None:
+    """The effective values that differ from the notebook's, with their sources."""
+    for name, value in resolution.injected.items():
+        print(f"  {name} = {value!r}  ({resolution.sources[name]})")
+
+
+def _run(parser, args) -> int:
     if args.all == (args.notebook is not None):
         parser.error("give either one NOTEBOOK or --all")
-    if args.all and args.parameter:
-        parser.error("-p applies to one notebook; --all runs every notebook with its defaults")
+    explicit, raw = explicit_values(args)
+    if args.all and (explicit or raw):
+        parser.error("-p, -r, -f and -y apply to one notebook; --all runs every notebook "
+                     "with its defaults or --preset")
+    if args.preset is not None and not args.all:
+        parser.error("--preset goes with --all; for one notebook pass -p preset NAME")
     if args.force and not args.all:
         parser.error("--force applies to --all; one notebook always runs")
     options = dict(out=args.out, timeout=args.timeout, hide_code=args.hide_code,
                    progress=not args.no_progress)
-    try:
-        if args.all:
-            results = run_all(args.notebooks, force=args.force,
-                              log=lambda line: print(line, flush=True), **options)
-        else:
-            results = [run_notebook(args.notebook, dict(args.parameter), **options)]
-    except (ParameterError, RunnerError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.all:
+        if args.preset is not None and not any(
+                offers(nb, args.preset) for nb in sorted(args.notebooks.glob("*.ipynb"))):
+            raise ParameterError(f"no notebook in {args.notebooks} has a preset "
+                                 f"{args.preset!r}; see each notebook's parameters cell")
+        results = run_all(args.notebooks, preset=args.preset, force=args.force,
+                          prepare_only=args.prepare_only,
+                          log=lambda line: print(line, flush=True), **options)
+        if args.prepare_only:
+            return 0
+    else:
+        if not args.notebook.is_file():
+            raise RunnerError(f"notebook {args.notebook} does not exist; see `ls notebooks/`")
+        resolution = resolve(args.notebook, explicit, raw=raw)
+        if args.prepare_only:
+            path = write_prepared(args.notebook, resolution, args.out)
+            print(f"prepared {path} (effective parameters in "
+                  f"{path.with_suffix('.parameters.json')}); values not from the notebook:")
+            _show(resolution)
+            return 0
+        results = [run_notebook(args.notebook, resolution=resolution, **options)]
     for r in results:
         reason = f"  ({r.error})" if r.error else ""
         status = "reused" if r.reused else r.status
@@ -133,3 +216,39 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(bad)} of {len(results)} notebook(s) did not finish: "
           + ", ".join(f"{r.notebook.name} ({r.status})" for r in bad))
     return 130 if any(r.status == INTERRUPTED for r in bad) else 1
+
+
+def _import(args) -> int:
+    from lab.experiments.imports import import_runs
+
+    imported = import_runs(args.folders, args.out)
+    for folder in imported:
+        print(f"imported  {folder}")
+    print(f"{len(imported)} of {len(args.folders)} run folder(s) imported "
+          f"({len(args.folders) - len(imported)} already there); "
+          f"claims: {args.out / 'claims.html'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        print(_version())
+        return 0
+    if args.command is None:
+        parser.error("give a command: run, import, report or sweep")
+    if args.command == "sweep":
+        try:
+            return _sweep(args)
+        except ValueError as err:  # SpecError, a storage that cannot be opened, ...
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    if args.command == "report":
+        print(build_index(args.out))
+        return 0
+    try:
+        return _import(args) if args.command == "import" else _run(parser, args)
+    except (ParameterError, RunnerError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

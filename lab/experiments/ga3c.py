@@ -54,6 +54,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                       throughput_seconds=20.0, lags=[], adjust_window=5.0,
                       adjust_seconds=300.0, adjust_starts=[[8, 1, 1], [64, 4, 4]]),
 }
+PRESETS["gpu"] = PRESETS["gpu_atari"]  # `python -m lab run --all --preset gpu` on a lent GPU
 PARAMETERS = ("preset", "suite", "game", "sticky", "seeds", "seconds", "agents", "predictors",
               "trainers", "t_max", "prediction_batch", "training_batch", "learning_rate",
               "entropy_cost", "log_epsilon", "a2c_envs", "agent_counts", "trainer_counts",

@@ -8,7 +8,10 @@ import sys
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lab.experiments.params import Resolution
 
 PACKAGES = ("jax", "jaxlib", "equinox", "optax", "papermill")
 
@@ -67,14 +70,19 @@ def jax_devices() -> list[str]:
     return list(_devices_seen[key])
 
 
-def collect(notebook: Path, parameters: dict, overrides: dict) -> dict[str, Any]:
-    """Everything known about a run before it starts; the runner adds status and times."""
+def collect(notebook: Path, resolution: "Resolution") -> dict[str, Any]:
+    """Everything known about a run before it starts; the runner adds status and times.
+    ``parameters`` are the effective values (notebook default < preset < explicit value),
+    ``parameter_sources`` where each came from, ``overrides`` the explicit ones."""
+    parameters = resolution.values
     seed = next((parameters[k] for k in ("seed", "seeds") if k in parameters), None)
     return {
         "notebook": notebook.name,
         "notebook_path": str(notebook),
+        "preset": resolution.preset,
         "parameters": parameters,
-        "overrides": overrides,
+        "parameter_sources": resolution.sources,
+        "overrides": resolution.explicit,
         "seed": seed,
         "git": git_state(notebook.resolve().parent),
         "versions": {"python": platform.python_version()}

@@ -20,6 +20,7 @@ from lab import parallel
 from lab.data import DATASETS, load
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
+from lab.experiments.params import with_preset
 from lab.train.proxprop import (
     Curves,
     ProxPropConfig,
@@ -62,30 +63,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                        backprop_lr=1e-3, lr=1e-3, tau=1.0, solver="cg3", epochs=50,
                        lr_grid=[1e-4, 1e-3, 1e-2]),
 }
-
-
-NOTEBOOK_DEFAULTS: dict[str, Any] = dict(
-    dataset="digits", arch="mlp", hidden=[400, 100, 400], solver="exact", more_solvers=[],
-    optimizer="nesterov", lr=1.0, backprop_lr=0.05, tau=0.05, epochs=30, batch_size=100,
-    train_size=0, seeds=3,
-    lr_grid=[0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0])
-"""The parameters cell of ``notebooks/01_proxprop.ipynb`` (a test keeps them equal)."""
-
-
-def apply_preset(preset: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    """The notebook's parameters with the preset's values put over those left at the
-    notebook's defaults: a value given explicitly (``-p epochs 1``) wins over the preset."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    return parameters | {name: value for name, value in PRESETS[preset].items()
-                         if name not in parameters
-                         or _same(parameters[name], NOTEBOOK_DEFAULTS.get(name))}
-
-
-def _same(value, default) -> bool:
-    if isinstance(value, list | tuple) and isinstance(default, list | tuple):
-        return list(value) == list(default)
-    return value == default
+PRESETS["gpu"] = PRESETS["fashion_conv"]  # `python -m lab run --all --preset gpu` on a lent GPU
 
 
 @dataclass(frozen=True)
@@ -131,11 +109,11 @@ def configure(*, preset: str, dataset: str, arch: str, hidden: list[int], solver
               model_devices: int = 1) -> Setup:
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
     The runner calls this before it starts a kernel (the notebook's metadata names it)."""
-    p = apply_preset(preset, dict(dataset=dataset, arch=arch, hidden=hidden, solver=solver,
-                                  optimizer=optimizer, lr=lr, backprop_lr=backprop_lr, tau=tau,
-                                  epochs=epochs, batch_size=batch_size, lr_grid=lr_grid,
-                                  more_solvers=more_solvers, train_size=train_size,
-                                  seeds=seeds))
+    p = with_preset(dict(preset=preset, dataset=dataset, arch=arch, hidden=hidden,
+                         solver=solver, optimizer=optimizer, lr=lr, backprop_lr=backprop_lr,
+                         tau=tau, epochs=epochs, batch_size=batch_size, lr_grid=lr_grid,
+                         more_solvers=more_solvers, train_size=train_size, seeds=seeds,
+                         devices=devices, model_devices=model_devices), PRESETS)
     if p["dataset"] not in DATASETS:
         raise ValueError(f"unknown dataset {p['dataset']!r}; choose one of {', '.join(DATASETS)}")
     seeds = p["seeds"]

@@ -1,13 +1,16 @@
 """Run notebooks through papermill and keep a record of every run.
 
-``run_notebook`` checks the parameters and the output directory first (a bad value
-fails in milliseconds, before any kernel starts, and writes nothing), then gives the
-run its own directory under ``<out>/runs/``:
+``run_notebook`` resolves the parameters first (notebook default < preset < explicit value,
+``lab.experiments.params``; a bad value fails in milliseconds, before any kernel starts, and
+writes nothing) and checks the output directory, then gives the run its own directory under
+``<out>/runs/``, where papermill executes the prepared notebook (:func:`prepare`: the
+effective values injected):
 
     <notebook>-<UTC time stamp>-<parameter hash>/
         <notebook>.ipynb   the executed notebook
         report.html        its HTML report (lab template, run header, figures inline)
-        provenance.json    parameters, seed, git, versions, devices, host, times, status
+        provenance.json    effective parameters and their sources, preset, seed, git,
+                           versions, devices, host, times, status
         metrics.json       whatever the notebook passed to ``lab.experiments.record``
         figures/*.png      every PNG the notebook displayed
 
@@ -18,10 +21,11 @@ with the error at the top of the report; Ctrl-C gives ``interrupted``; a sweep's
 its pruner stopped early (it records ``pruned_at_phase``) gives ``pruned``. Either way
 everything written so far is kept.
 
-``run_all`` (``make reports``) runs a notebook only when its inputs changed since its last
-``ok`` run with the same parameters (``lab.experiments.inputs``: the notebook, its
-parameters, the code of ``lab/``, the installed versions); otherwise it reuses that run and
-the index says so. ``force=True`` (``--force``) runs everything.
+``run_all`` (``make reports``; ``--preset NAME``: every notebook that has that preset) runs a
+notebook only when its inputs changed since its last ``ok`` run with the same parameters
+(``lab.experiments.inputs``: the notebook, its parameters, the code of ``lab/``, the installed
+versions); otherwise it reuses that run and the index says so. ``force=True`` (``--force``)
+runs everything.
 """
 
 import base64
@@ -44,7 +48,7 @@ import papermill
 from papermill.exceptions import PapermillExecutionError
 
 from lab.experiments.inputs import changed, code_digest, dependencies_digest, fingerprint
-from lab.experiments.params import resolve
+from lab.experiments.params import Resolution, notebook_presets, resolve
 from lab.experiments.provenance import collect, now
 from lab.experiments.records import METRICS_FILE, RUN_DIR_ENV, read_metrics
 from lab.experiments.report import (
@@ -194,21 +198,52 @@ def _save_figures(nb: nbformat.NotebookNode, folder: Path) -> list[str]:
     return names
 
 
-def run_notebook(notebook: str | Path, overrides: dict[str, Any] | None = None, *,
-                 out: str | Path = "reports", timeout: int = DEFAULT_CELL_TIMEOUT,
-                 hide_code: bool = False, progress: bool = True,
-                 inputs: dict[str, str] | None = None) -> RunResult:
-    """Execute one notebook with ``overrides`` for its parameters; see the module doc.
-    ``inputs``: the run's :func:`~lab.experiments.inputs.fingerprint`, if already known."""
+def prepare(notebook: Path, resolution: Resolution, path: Path) -> Path:
+    """Write ``notebook`` with its effective parameters injected to ``path``: papermill's
+    injected cell (every value not from the notebook's defaults) and a call that tells the
+    experiment these are resolved (:func:`lab.experiments.params.resolved`), so the same
+    file runs the same under the runner, plain papermill and JupyterLab."""
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    nb = load_notebook_node(str(notebook))  # papermill's reading: every cell has its tags
+    if resolution.injected:  # else the notebook runs as it is, as papermill would run it
+        nb = parameterize_notebook(nb, resolution.injected, kernel_name=KERNEL_NAME,
+                                   language="python")
+        cell = next(c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", []))
+        by_source: dict[str, list[str]] = {}
+        for name in resolution.injected:
+            by_source.setdefault(resolution.sources[name], []).append(name)
+        cell.source += ("\n# Resolved by `python -m lab run`: notebook default < preset < "
+                        "explicit value\n"
+                        + "".join(f"# {source}: {', '.join(names)}\n"
+                                  for source, names in by_source.items())
+                        + "import lab.experiments.params\n\n"
+                        f"lab.experiments.params.resolved({resolution.marker!r})\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *,
+                 raw: dict[str, str] | None = None, out: str | Path = "reports",
+                 timeout: int = DEFAULT_CELL_TIMEOUT, hide_code: bool = False,
+                 progress: bool = True, inputs: dict[str, str] | None = None,
+                 resolution: Resolution | None = None) -> RunResult:
+    """Execute one notebook with ``explicit`` values for its parameters (``raw``: strings
+    from ``-r``, taken as they are); see the module doc. ``inputs``: the run's
+    :func:`~lab.experiments.inputs.fingerprint`, and ``resolution`` its resolved
+    parameters, if already known."""
     notebook, out = Path(notebook), Path(out)
     check_notebook(notebook)
-    parameters, overrides = resolve(notebook, overrides or {})
+    resolution = resolution or resolve(notebook, explicit or {}, raw=raw)
+    parameters = resolution.values
     check_output_dir(out)
     kernel = ensure_kernel()
 
     folder = _new_run_dir(out, notebook, parameters)
-    executed = folder / notebook.name
-    run = collect(notebook, parameters, overrides) | {
+    executed = prepare(notebook, resolution, folder / notebook.name)
+    run = collect(notebook, resolution) | {
         "inputs": inputs or fingerprint(notebook, parameters),
         "run_dir": str(folder), "status": RUNNING,
         "started": now(), "ended": None, "duration_s": None, "error": None,
@@ -218,8 +253,8 @@ def run_notebook(notebook: str | Path, overrides: dict[str, Any] | None = None, 
     status, error, start = OK, None, time.monotonic()
     try:
         with environ(**{RUN_DIR_ENV: str(folder.resolve())}):
-            papermill.execute_notebook(
-                str(notebook), str(executed), parameters=overrides, kernel_name=kernel,
+            papermill.execute_notebook(  # the prepared notebook: parameters are injected
+                str(executed), str(executed), kernel_name=kernel,
                 cwd=str(folder), execution_timeout=timeout, progress_bar=progress)
     except PapermillExecutionError as err:
         interrupted = err.ename == "KeyboardInterrupt"
@@ -295,6 +330,7 @@ class Plan(NamedTuple):
     """What ``run_all`` will do with one notebook."""
 
     notebook: Path
+    resolution: Resolution  # its effective parameters
     inputs: dict[str, str]  # its fingerprint now
     reuse: dict[str, Any] | None  # the ok run with the same inputs, or None: run it
     estimate: float | None  # seconds its last ok run took
@@ -313,21 +349,53 @@ def _estimate(this: float | None, plans: list[Plan]) -> str:
     return text
 
 
-def run_all(folder: str | Path = "notebooks", *, force: bool = False,
-            log=print, **kwargs: Any) -> list[RunResult]:
-    """Run every notebook in ``folder`` with its defaults, in name order; a failure does
-    not stop the others, Ctrl-C does. A notebook whose inputs are unchanged since its last
-    ``ok`` run (same parameters) is not run again unless ``force``. ``log`` gets one
-    progress line per notebook: k of n, elapsed, the estimate left from each notebook's
-    last run."""
+def offers(notebook: Path, preset: str | None) -> bool:
+    """Whether ``notebook`` can run with ``preset`` (None: its defaults, always)."""
+    return preset is None or preset in notebook_presets(notebook)
+
+
+def write_prepared(notebook: Path, resolution: Resolution, out: Path) -> Path:
+    """``--prepare-only``: the prepared notebook (:func:`prepare`) and the record of its
+    effective parameters beside it, under ``<out>/prepared/``; nothing runs."""
+    check_output_dir(out)
+    name = notebook.stem + ("" if resolution.preset == "default" else f"-{resolution.preset}")
+    path = prepare(notebook, resolution, out / "prepared" / f"{name}.ipynb")
+    _write_json(path.with_suffix(".parameters.json"), {
+        "notebook": str(notebook), "preset": resolution.preset,
+        "parameters": resolution.values, "parameter_sources": resolution.sources,
+        "overrides": resolution.explicit})
+    return path
+
+
+def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
+            force: bool = False, prepare_only: bool = False, log=print,
+            **kwargs: Any) -> list[RunResult]:
+    """Run every notebook in ``folder`` with its defaults, or every one that offers
+    ``preset`` with that preset (the others are logged as skipped), in name order; a
+    failure does not stop the others, Ctrl-C does. A notebook whose inputs are unchanged
+    since its last ``ok`` run (same effective parameters) is not run again unless
+    ``force``. ``prepare_only``: write each prepared notebook (:func:`write_prepared`) instead of
+    running it. ``log`` gets one progress line per notebook: k of n, elapsed, the estimate
+    left from each notebook's last run."""
     out = Path(kwargs.get("out", "reports"))
     notebooks = sorted(Path(folder).glob("*.ipynb"))
+    skipped = [nb for nb in notebooks if not offers(nb, preset)]
+    if skipped:
+        log(f"skipped (no preset {preset!r}): " + ", ".join(nb.name for nb in skipped))
+    notebooks = [nb for nb in notebooks if nb not in skipped]
     check_output_dir(out)
+    # every notebook's parameters are resolved (and bad ones refused) before any run
+    resolutions = [resolve(nb, {} if preset is None else {"preset": preset}) for nb in notebooks]
+    if prepare_only:
+        paths = [write_prepared(nb, r, out) for nb, r in zip(notebooks, resolutions, strict=True)]
+        for path in paths:
+            log(f"prepared {path}")
+        return []
     code, deps = code_digest(), dependencies_digest()
     runs = load_runs(out)
     plans = []
-    for notebook in notebooks:
-        parameters, _ = resolve(notebook, {})  # bad defaults fail here, before any run
+    for notebook, resolution in zip(notebooks, resolutions, strict=True):
+        parameters = resolution.values
         inputs = fingerprint(notebook, parameters, code=code, dependencies=deps)
         mine = [r for r in runs if r.get("notebook") == notebook.name
                 and r.get("status") == OK and r.get("parameters") == parameters]
@@ -335,7 +403,7 @@ def run_all(folder: str | Path = "notebooks", *, force: bool = False,
                      == inputs["digest"] and (Path(r["folder"]) / REPORT_FILE).exists()),
                     None)
         estimate = next((r.get("duration_s") for r in mine), None)
-        plans.append(Plan(notebook, inputs, None if force else same, estimate,
+        plans.append(Plan(notebook, resolution, inputs, None if force else same, estimate,
                           changed((mine[0] if mine else {}).get("inputs"), inputs)))
     start, results = time.monotonic(), []
     for k, plan in enumerate(plans, 1):
@@ -349,7 +417,8 @@ def run_all(folder: str | Path = "notebooks", *, force: bool = False,
             continue
         reason = "forced" if force else "changed: " + ", ".join(plan.changed)
         log(f"{head}: running ({reason}); {_estimate(plan.estimate, plans[k - 1:])}")
-        results.append(run_notebook(plan.notebook, inputs=plan.inputs, **kwargs))
+        results.append(run_notebook(plan.notebook, resolution=plan.resolution,
+                                    inputs=plan.inputs, **kwargs))
         if results[-1].status == INTERRUPTED:
             break
     build_index(out)

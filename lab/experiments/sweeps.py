@@ -21,6 +21,7 @@ import numpy as np
 
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
+from lab.experiments.params import with_preset
 from lab.sweeps import load_spec, run_sweep
 from lab.sweeps import report as sweep_report
 from lab.sweeps.spec import SweepSpec
@@ -40,12 +41,11 @@ def configure(*, preset: str, workload: str, metric: str, direction: str, fixed:
               trials: int, workers: int, sampler_seeds: list[int], storage: str) -> dict:
     """The notebook's parameters as ``{"spec": SweepSpec, "seeds": [...], "storage": ...}``;
     raises ValueError (a SpecError) naming the bad one before anything runs."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    p = dict(workload=workload, metric=metric, direction=direction, fixed=fixed, space=space,
-             total_steps=total_steps, eval_every=eval_every, phases=phases,
-             survival=survival, trials=trials, workers=workers,
-             sampler_seeds=sampler_seeds) | PRESETS[preset]
+    p = with_preset(dict(preset=preset, workload=workload, metric=metric, direction=direction,
+                         fixed=fixed, space=space, total_steps=total_steps,
+                         eval_every=eval_every, phases=phases, survival=survival,
+                         trials=trials, workers=workers, sampler_seeds=sampler_seeds,
+                         storage=storage), PRESETS)
     if not p["sampler_seeds"] or not all(isinstance(s, int) for s in p["sampler_seeds"]):
         raise ValueError(f"sampler_seeds must be a non-empty list of integers, got "
                          f"{p['sampler_seeds']!r}")

@@ -38,6 +38,7 @@ from lab.data import DATASETS, TaskSource, is_cached, load
 from lab.experiments import vsml_backprop
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
+from lab.experiments.params import with_preset
 from lab.experiments.provenance import now
 from lab.models.meta_rnn import MetaRNN
 from lab.models.vsml import VSMLNetwork, online_loss
@@ -115,15 +116,6 @@ class Setup:
                 "steps": self.steps, **dataset}
 
 
-def apply_preset(parameters: dict[str, Any]) -> dict[str, Any]:
-    """The notebook's parameters with their ``preset``'s values put over them (idempotent);
-    an unknown preset is a ValueError naming the choices."""
-    preset = parameters.get("preset", "default")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    return parameters | PRESETS[preset]
-
-
 def configure(*, method: str, iterations: int, tasks_per_batch: int, lr: float,
               meta_rnn_lr: float, meta_rnn_tasks_per_batch: int, population: int,
               inputs: int, classes: int, hidden: list[int], layer_norm: bool, steps: int,
@@ -134,8 +126,8 @@ def configure(*, method: str, iterations: int, tasks_per_batch: int, lr: float,
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
     A ``preset`` other than ``default`` puts its values over the others first."""
     given = dict(locals())  # the parameters, before anything else is defined
-    if apply_preset(given) != given:
-        return configure(**apply_preset(given))
+    if with_preset(given, PRESETS) != given:
+        return configure(**with_preset(given, PRESETS))
     if meta_dataset not in META_DATASETS:
         raise ValueError(f"unknown meta-training dataset {meta_dataset!r}; choose one of "
                          f"{', '.join(META_DATASETS)}")

@@ -147,9 +147,6 @@ def configure(**params: Any) -> Setup:
         if p[name] < p["chunk"] or p[name] % p["chunk"]:
             raise ValueError(f"{name} {p[name]} must be a positive multiple of chunk "
                              f"{p['chunk']}")
-    if p["teacher_steps"] % p["eval_every"]:
-        raise ValueError(f"teacher_steps {p['teacher_steps']} must be a multiple of eval_every "
-                         f"{p['eval_every']}")
     if p["length"] < frame:
         raise ValueError(f"length {p['length']} is shorter than one {frame}-sample frame of "
                          "the power loss; use longer crops")
@@ -306,7 +303,7 @@ def _train(setup: Setup, model: eqx.Module, loss, steps: int, lr: float, data: C
         losses.append(np.asarray(values))
         aux.append({k: np.asarray(v) for k, v in extra.items()})
         step = (i + 1) * setup.chunk
-        evaluated = evaluate is not None and step % setup.eval_every == 0
+        evaluated = evaluate is not None and (step % setup.eval_every == 0 or step == steps)
         if evaluated:
             evaluations.append(evaluate(model))
         if on_chunk is not None:
@@ -315,18 +312,22 @@ def _train(setup: Setup, model: eqx.Module, loss, steps: int, lr: float, data: C
             "loss": np.concatenate(losses).tolist(),
             "aux": {k: np.concatenate([a[k] for a in aux]).tolist() for k in aux[0]},
             "chunk_ends": [(i + 1) * setup.chunk for i in range(steps // setup.chunk)],
-            "evaluated_at": list(range(setup.eval_every, steps + 1, setup.eval_every))
-            if evaluate is not None else [],
+            "evaluated_at": evaluated_at(setup.eval_every, steps) if evaluate is not None else [],
             "evaluations": evaluations, "seconds": time.perf_counter() - begin,
             "parameters": parameter_count(model)}
+
+
+def evaluated_at(every: int, steps: int) -> list[int]:
+    """The steps after which a run is evaluated: every ``every`` steps, and the last one."""
+    return sorted({*range(every, steps + 1, every), steps})
 
 
 def train_teacher(setup: Setup, data: Corpus, output: str = "mixture",
                   on_chunk=None) -> dict[str, Any]:
     """The teacher trained by teacher forcing on random crops (``loss`` in bits per sample);
-    after every ``eval_every`` steps its NLL on every held-out utterance (``evaluations``:
-    the mean in bits per sample). ``on_chunk(step, loss, held_out_bits or None)`` after every
-    ``chunk`` steps."""
+    after every ``eval_every`` steps and the last its NLL on every held-out utterance
+    (``evaluations``: the mean in bits per sample). ``on_chunk(step, loss, held_out_bits or
+    None)`` after every ``chunk`` steps."""
     key = jax.random.key(setup.seed)
     model = build_teacher(setup, key, output)  # eager: fast to compile
     audio, cond, lengths = held_out_arrays(data)

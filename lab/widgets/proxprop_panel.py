@@ -16,6 +16,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from lab.experiments import proxprop as experiment
+from lab.experiments.params import with_preset
 from lab.train.proxprop import ARCHS, OPTIMIZERS
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel
@@ -68,7 +69,7 @@ def proxprop_panel(params: dict[str, Any], result: "experiment.Comparison | None
                    ) -> Panel:
     """A panel over the notebook's ``params`` (``configure``'s keyword arguments) that shows
     the notebook's ``result`` (its tuned runs) until a new run is made."""
-    params = experiment.apply_preset(params["preset"], params) | {"preset": "default",
+    params = with_preset(params, experiment.PRESETS) | {"preset": "default",
                                                                    "more_solvers": []}
     tuned = experiment.tuned_curves(result) if result is not None else {}
     earlier = {name: tuned[name] for name in COLORS if name in tuned}  # the headline solver

@@ -23,6 +23,7 @@ from matplotlib.image import imsave
 
 from lab import envs
 from lab.experiments import sac_ae as experiment
+from lab.experiments.params import with_preset
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel
 
@@ -70,7 +71,7 @@ def _curve(label: str, run, setup) -> tuple[str, np.ndarray, np.ndarray]:
 def sac_ae_panel(params: dict[str, Any], runs: list | None = None) -> Panel:
     """A panel over the notebook's ``params`` (``configure``'s keyword arguments, with
     ``variants``) that shows the notebook's finished ``runs`` until a new run is made."""
-    params = params | experiment.PRESETS[params["preset"]] | {"preset": "default"}
+    params = with_preset(params, experiment.PRESETS) | {"preset": "default"}
     first_variant = params["variants"][0]
     setup0 = experiment.configure(**params)
     earlier = [_curve(f"{r.variant} seed {r.seed}", r, setup0) for r in (runs or [])]

@@ -23,6 +23,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from lab.experiments import vsml as experiment
+from lab.experiments.params import with_preset
 from lab.models.vsml import VSMLNetwork
 from lab.train.vsml import METHODS
 from lab.widgets.controls import Control, Controls
@@ -114,7 +115,7 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
 def vsml_panel(params: dict[str, Any], trained: dict[str, list] | None = None) -> Panel:
     """A panel over the notebook's ``params`` (``configure``'s keyword arguments), showing
     the notebook's ``trained`` learners (``{learner: [Trained per seed]}``) until a run."""
-    params = experiment.apply_preset(params)  # its preset sets none of the controls
+    params = with_preset(params, experiment.PRESETS)  # its preset sets none of the controls
     setup0 = experiment.configure(**params)
     tasks = watchable(setup0)
     task0 = next((t for t in setup0.tasks if t not in experiment.CONTROLS), tasks[0])
