@@ -27,9 +27,13 @@ $(LAB_SETTINGS): jupyter/overrides.json $(SETUP)
 
 setup: $(SETUP) $(LAB_SETTINGS)
 
-## Run every notebook in notebooks/ with its default parameters into reports/; a notebook
-## whose inputs are unchanged since its last ok run is reused. `make reports FORCE=1` runs all.
+## Import the recorded claim-scale and GPU runs (results/: their metrics.json and
+## provenance.json), then run every notebook in notebooks/ with its default parameters into
+## reports/; a notebook whose inputs are unchanged since its last ok run is reused.
+## `make reports FORCE=1` runs all.
+RECORDED := $(patsubst %/provenance.json,%,$(wildcard results/*/provenance.json))
 reports: $(SETUP)
+	$(if $(RECORDED),$(PY) -m lab import $(RECORDED) --out reports)
 	$(PY) -m lab run --all --out reports $(if $(FORCE),--force)
 
 ## A small HyperTrick sweep end to end on this machine (sweeps/mpo_pendulum.yaml, 2 workers):

@@ -13,16 +13,19 @@ from lab.experiments import build_index, run_all
 from lab.experiments.claims import (
     FAILS,
     HOLDS,
+    TOO_SMALL,
     UNTESTED,
     WEAKLY,
     Claim,
     claims_of,
+    decidable,
     headline_of,
     summary,
     verdict_of,
 )
+from lab.experiments.imports import import_runs
 from lab.experiments.inputs import changed, code_digest, fingerprint
-from lab.experiments.report import export_html, latest_claims, load_runs
+from lab.experiments.report import claim_rows, device_of, export_html, load_runs
 from tests.conftest import run_dirs, write_notebook
 
 CURVE = {"x": list(range(500)), "y": [0.123456789 * i for i in range(500)],
@@ -44,18 +47,22 @@ def claim_metrics(verdict: str, *, loss: float = 0.25, preset_note: str = "") ->
 
 
 def provenance_record(notebook: str, started: str, status: str = "ok",
-                      parameters: dict | None = None, overrides: dict | None = None) -> dict:
+                      parameters: dict | None = None, overrides: dict | None = None,
+                      devices: list[str] = ("cpu:0 cpu",), commit: str = "0123456789abcdef",
+                      dirty: bool = False) -> dict:
     return {"notebook": notebook, "notebook_path": f"notebooks/{notebook}",
             "parameters": parameters or {"epochs": 30}, "overrides": overrides or {},
-            "seed": 0, "git": {"commit": "0123456789abcdef", "dirty": False},
-            "versions": {"python": "3.11", "jax": "0.4"}, "jax_devices": ["cpu:0 cpu"],
+            "seed": 0, "git": {"commit": commit, "dirty": dirty},
+            "versions": {"python": "3.11", "jax": "0.4"}, "jax_devices": list(devices),
             "xla_flags": "", "host": "testhost", "platform": "Linux", "run_dir": "",
             "status": status, "started": started, "ended": started, "duration_s": 12.5,
             "error": None if status == "ok" else "ValueError: boom", "figures": []}
 
 
-def write_run(out, name: str, notebook: str, started: str, metrics: dict, **kwargs):
-    folder = out / "runs" / name
+def write_run(out, name: str, notebook: str, started: str, metrics: dict, *, folder=None,
+              **kwargs):
+    """A run folder as the runner leaves it: under ``out/runs``, or at ``folder``."""
+    folder = folder or out / "runs" / name
     folder.mkdir(parents=True)
     run = provenance_record(notebook, started, **kwargs) | {"run_dir": str(folder)}
     (folder / "provenance.json").write_text(json.dumps(run))
@@ -64,10 +71,10 @@ def write_run(out, name: str, notebook: str, started: str, metrics: dict, **kwar
     return folder
 
 
-def render_header(tmp_path, metrics: dict, status: str = "ok") -> str:
+def render_header(tmp_path, metrics: dict, status: str = "ok", **record) -> str:
     """The run report's header, as ``export_html`` writes it above the notebook."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# body")])
-    run = provenance_record("01_proxprop.ipynb", "2026-11-23T10:00:00+00:00", status)
+    run = provenance_record("01_proxprop.ipynb", "2026-11-23T10:00:00+00:00", status) | record
     path = export_html(nb, run | {"metrics": metrics}, tmp_path / "report.html")
     html = path.read_text()
     return html[html.index('<header class="lab-run">'):html.index("</header>")]
@@ -126,21 +133,28 @@ def test_index_and_dashboard_show_the_latest_verdicts(tmp_path):
                "study": {"paper": "", "measured": "digits"}, "claims": []})
     build_index(out)
 
-    rows = latest_claims(load_runs(out))
-    got = [(r["notebook"], r["preset"], r["claim"] and r["claim"]["verdict"]) for r in rows]
-    assert got == [("00_quickstart.ipynb", "default", None),
-                   ("01_proxprop.ipynb", "default", FAILS),  # the newest ok run, not older
-                   ("01_proxprop.ipynb", "default", UNTESTED),
-                   ("01_proxprop.ipynb", "claim", WEAKLY),  # a preset is its own row
-                   ("01_proxprop.ipynb", "claim", UNTESTED)]
+    rows = claim_rows(load_runs(out))
+    got = [(r["notebook"], r["claim"] and r["claim"]["name"],
+            [(c["label"], c["verdict"], c["run"]["folder"].rsplit("/", 1)[1])
+             for c in r["cells"]]) for r in rows]
+    assert got == [("00_quickstart.ipynb", None, [("default", None, "00-run")]),
+                   ("01_proxprop.ipynb", "faster_per_epoch",  # the newest ok run, not older
+                    [("default", FAILS, "01-new"), ("preset claim", WEAKLY, "01-claim")]),
+                   ("01_proxprop.ipynb", "stable",
+                    [("default", UNTESTED, "01-new"), ("preset claim", UNTESTED, "01-claim")])]
+    assert [r["counted"]["label"] for r in rows[1:]] == ["preset claim", "preset claim"]
 
     dashboard = (out / "claims.html").read_text()
-    assert dashboard.count('<tr data-notebook="01_proxprop.ipynb"') == 4
+    assert dashboard.count('<tr data-notebook="01_proxprop.ipynb"') == 2
     assert "0.222" in dashboard and "0.333" in dashboard and "0.111" not in dashboard
     assert "digits, 3 seeds, claim preset" in dashboard and "paper: CIFAR-10" in dashboard
     assert "no claims declared (not a paper)" in dashboard
     assert 'href="runs/01-new/report.html"' in dashboard
-    assert ">1 weakly<" in dashboard and ">1 does not hold<" in dashboard
+    # counted at the claim preset: weakly and not tested, not the default's "does not hold"
+    assert ">1 weakly<" in dashboard and ">0 does not hold<" in dashboard
+    assert ">1 not tested<" in dashboard
+    assert "0 at a GPU run, 2 at another preset on CPU, 0 at the default run" in dashboard
+    assert "recorded</span>" not in dashboard.split("</p>", 1)[1]  # nothing was imported
 
     index = (out / "index.html").read_text()
     assert 'href="claims.html"' in index
@@ -152,6 +166,147 @@ def test_index_and_dashboard_show_the_latest_verdicts(tmp_path):
     assert not re.search(r"(\d[\d.]*,\s*){10}", index)
     for option in ("00_quickstart.ipynb", "01_proxprop.ipynb", "failed", "ok"):
         assert f"<option>{option}</option>" in index
+
+
+def test_decidable_below_the_declared_budget_is_too_small():
+    short = decidable(Claim("solves", "MPO solves the task", FAILS, {"final return": -900.0}),
+                      budget=3_000, smallest=11_000, unit="environment steps")
+    assert short.verdict == TOO_SMALL and short.name == "solves"
+    assert short.numbers == {"final return": -900.0, "measured verdict": "does not hold",
+                             "smallest budget to decide": "11,000 environment steps",
+                             "this run's budget": "3,000 environment steps"}
+    assert decidable(Claim("s", "x", HOLDS), budget=10_999, smallest=11_000,
+                     unit="steps").numbers["measured verdict"] == HOLDS
+    assert decidable(Claim("s", "x", WEAKLY), budget=1, smallest=2, unit="steps").verdict \
+        == TOO_SMALL
+    for kept in (Claim("s", "x", FAILS), Claim("s", "x", WEAKLY, {"a": 1})):
+        assert decidable(kept, budget=11_000, smallest=11_000, unit="steps") == kept  # at it
+        assert decidable(kept, budget=3_000, smallest=None, unit="steps") == kept  # none declared
+    untested = Claim("s", "x", UNTESTED)
+    assert decidable(untested, budget=3_000, smallest=11_000, unit="steps") == untested
+    assert claims_of(summary(paper="p", measured="m", claims=[short]))[0]["verdict"] == TOO_SMALL
+
+
+def test_experiments_declare_too_small_below_their_budgets():
+    from lab.experiments import policy_improvement as pi
+    from lab.experiments import sac_ae
+
+    m = {"env": "pendulum_swingup", "image_size": 24, "env_steps": 12_000, "agent_steps": 1_500,
+         "seeds": 3, "threshold": 258.3, "random_return": 11.1, "sac_ae_final_return": 80.0,
+         "sac_ae_final_returns": [70.0, 80.0, 90.0], "sac_ae_final_return_std": 8.2,
+         "pixel_sac_final_return": 98.0, "pixel_sac_final_returns": [90.0, 98.0, 106.0],
+         "pixel_sac_final_return_std": 6.5, "sac_ae_mean_eval_return": 40.0,
+         "pixel_sac_mean_eval_return": 45.0, "sac_ae_train_seconds": 60.0,
+         "pixel_sac_train_seconds": 50.0, "claim_learns_above_threshold": False,
+         "claim_beats_pixel_sac": False, "sac_ae_minus_pixel_sac": -18.0,
+         "seeds_sac_ae_ahead": 0, "difference_within_seed_spread": False}
+    claims = sac_ae.summary(m)["claims"]
+    assert [c["verdict"] for c in claims] == [TOO_SMALL, TOO_SMALL]
+    assert ["smallest budget to decide", "80,000 environment steps"] in claims[0]["numbers"]
+    assert ["measured verdict", FAILS] in claims[1]["numbers"]
+    assert "too small to decide here (measured: does not hold; deciding it needs 80,000" \
+        in sac_ae.describe(m)
+    at_budget = m | {"env_steps": 80_000, "agent_steps": 10_000}
+    assert [c["verdict"] for c in sac_ae.summary(at_budget)["claims"]] == [FAILS, FAILS]
+
+    mpo = {"env": "Pendulum-v1", "seeds": 5, "threshold": -200.0, "variants": ["mpo"],
+           "mpo_env_steps": 3_000, "mpo_final_return": -900.0, "mpo_steps_to_threshold": None,
+           "claim1_mpo_solves": False}
+    (claim,) = pi.summary(mpo)["claims"]
+    assert claim["name"] == "mpo_solves" and claim["verdict"] == TOO_SMALL
+    assert ["smallest budget to decide", "11,000 environment steps"] in claim["numbers"]
+    assert pi.summary(mpo | {"mpo_env_steps": 20_000})["claims"][0]["verdict"] == FAILS
+
+
+def test_device_of_names_accelerators():
+    assert device_of({"jax_devices": ["cpu:0 cpu"]}) == ("cpu", False)
+    assert device_of({"jax_devices": [f"cpu:{i} cpu" for i in range(8)]}) == ("8 x cpu", False)
+    assert device_of({"jax_devices": ["cuda:0 NVIDIA H100 80GB HBM3"]}) == \
+        ("NVIDIA H100 80GB HBM3", True)
+    assert device_of({"jax_devices": ["tpu:0 TPU v4", "tpu:1 TPU v4"]}) == ("2 x TPU v4", True)
+    assert device_of({}) == ("unknown device", False)
+
+
+def test_dashboard_shows_each_scale_side_by_side_and_counts_the_largest(tmp_path):
+    """A default run too small to decide, a recorded claim-preset run and a GPU run, both
+    imported: one row with the three cells, smallest scale first; the headline counts take
+    the GPU run's verdict and say so."""
+    out, elsewhere = tmp_path / "reports", tmp_path / "elsewhere"
+    short = decidable(Claim("mpo_solves", "MPO solves the task", FAILS, {"final return": -900.0}),
+                      budget=3_000, smallest=11_000, unit="environment steps")
+    study = {"paper": "Abdolmaleki et al. 2018 (MPO)", "measured": "Pendulum-v1"}
+
+    def metrics(claim):
+        return summary(claims=[claim], **study)
+
+    write_run(out, "04-default", "04_policy_improvement.ipynb", "2026-12-03T09:00:00+00:00",
+              metrics(short), parameters={"preset": "default", "total_steps": 3_000})
+    write_run(out, "04-claim", "04_policy_improvement.ipynb", "2026-11-22T10:00:00+00:00",
+              metrics(Claim("mpo_solves", "MPO solves the task", HOLDS,
+                            {"final return": -158.6})),
+              folder=elsewhere / "04-claim", commit="aaaabbbbccccdddd",
+              parameters={"preset": "claim", "total_steps": 20_000},
+              overrides={"preset": "claim"})
+    write_run(out, "04-gpu", "04_policy_improvement.ipynb", "2026-11-30T08:00:00+00:00",
+              metrics(Claim("mpo_solves", "MPO solves the task", WEAKLY,
+                            {"final return": -190.5})),
+              folder=elsewhere / "04-gpu", commit="eeeeffff00001111", dirty=True,
+              devices=["cuda:0 NVIDIA H100 80GB HBM3"],
+              parameters={"preset": "dmc_cartpole", "total_steps": 100_000})
+    (elsewhere / "04-claim" / "report.html").unlink()  # records only, as in results/
+    assert [p.name for p in import_runs([elsewhere / "04-claim", elsewhere / "04-gpu"], out)] \
+        == ["04-claim", "04-gpu"]
+
+    (row,) = claim_rows(load_runs(out))
+    assert [(c["label"], c["verdict"], c["recorded"]) for c in row["cells"]] == [
+        ("default", TOO_SMALL, False), ("preset claim", HOLDS, True),
+        ("NVIDIA H100 80GB HBM3, preset dmc_cartpole", WEAKLY, True)]
+    assert row["counted"] is row["cells"][2]
+
+    page = (out / "claims.html").read_text()
+    (tr,) = re.findall(r'<tr data-notebook="04_policy_improvement.ipynb".*?</tr>', page, re.S)
+    cells = re.findall(r'<div class="scale[^"]*" data-scale="([^"]*)">(.*?)\n      </div>', tr,
+                       re.S)
+    assert [label for label, _ in cells] == ["default", "preset claim",
+                                             "NVIDIA H100 80GB HBM3, preset dmc_cartpole"]
+    default, claim, gpu = (body for _, body in cells)
+    assert "too small to decide here</span>" in default and "recorded" not in default
+    assert "measured verdict <b>does not hold</b>" in default
+    assert "smallest budget to decide <b>11,000 environment steps</b>" in default
+    assert '<span class="date">2026-12-03</span>' in default
+    assert '<span class="device">cpu</span>' in default and ">01234567<" in default
+    assert ">holds</span>" in claim and ">recorded</span>" in claim
+    assert '<span class="date">2026-11-22</span>' in claim and ">aaaabbbb<" in claim
+    assert 'href="runs/04-claim/metrics.json"' in claim  # no report.html came with it
+    assert ">weakly</span>" in gpu and ">recorded</span>" in gpu
+    assert 'href="runs/04-gpu/report.html"' in gpu
+    assert '<span class="device">NVIDIA H100 80GB HBM3</span>' in gpu
+    assert '<span class="date">2026-11-30</span>' in gpu and ">eeeeffff+dirty<" in gpu
+    assert "counted</span>" in gpu and "counted</span>" not in default + claim
+    # the headline counts take the GPU verdict, once, and say so
+    assert ">1 weakly<" in page and ">0 holds<" in page and ">0 too small to decide here<" in page
+    assert "1 at a GPU run, 0 at another preset on CPU, 0 at the default run" in page
+
+    index = (out / "index.html").read_text()
+    table = index.split('<table id="runs">')[1]
+    assert table.count(">recorded</span>") == 2 and "NVIDIA H100 80GB HBM3" in table
+    assert "… mpo_solves" in index
+
+
+def test_run_header_names_where_each_changed_parameter_came_from(tmp_path):
+    sources = {"epochs": "preset claim", "lr": "explicit", "preset": "explicit",
+               "seed": "default"}
+    head = render_header(tmp_path, {}, preset="claim", parameter_sources=sources,
+                         parameters={"preset": "claim", "epochs": 90, "lr": 0.5, "seed": 0})
+    changed = head[head.index("differs from the notebook"):head.index("<b>parameters</b>")]
+    assert re.search(r"epochs=90</code> <span class=\"muted\">\(preset claim\)", changed)
+    assert re.search(r"lr=0.5</code> <span class=\"muted\">\(explicit\)", changed)
+    assert "seed" not in changed
+    older = render_header(tmp_path, {}, overrides={"epochs": 5})  # no parameter_sources
+    changed = older[older.index("differs from the notebook"):older.index("<b>parameters</b>")]
+    assert re.search(r"epochs=5</code> <span class=\"muted\">\(explicit\)", changed)
+    plain = render_header(tmp_path, {})
+    assert "nothing: the notebook's own values" in plain
 
 
 def test_fingerprint_names_what_changed(tmp_path):

@@ -16,18 +16,21 @@ reports guessing from metric names, the notebook declares them, next to its othe
 
 - ``study``: the paper, the data and scale this run measured at, the paper's own setting;
 - ``claims``: one entry per claim: its name, statement, verdict (one of ``VERDICTS``) and
-  the few numbers behind the verdict, as label -> number (or short text);
+  the few numbers behind the verdict, as label -> number (or short text). A notebook may
+  declare, before the run, the smallest budget at which a claim can be decided; below it
+  ``decidable`` turns the measured verdict into "too small to decide here";
 - ``headline``: names of scalar metrics of this run worth a glance.
 
 The run report (``report.html``), the index and the claims dashboard (``claims.html``) read
 these entries; curves and other arrays stay in ``metrics.json`` and the figures.
 """
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 HOLDS, WEAKLY, FAILS, UNTESTED = "holds", "weakly", "does not hold", "not tested"
-VERDICTS = (HOLDS, WEAKLY, FAILS, UNTESTED)
+TOO_SMALL = "too small to decide here"  # the run's budget is below what the claim needs
+VERDICTS = (HOLDS, WEAKLY, FAILS, TOO_SMALL, UNTESTED)
 RESERVED = ("study", "claims", "headline")
 
 
@@ -55,6 +58,31 @@ def verdict_of(held: bool | None, *, weakly: bool = False) -> str:
     if not held:
         return FAILS
     return WEAKLY if weakly else HOLDS
+
+
+def decidable(claim: Claim, *, budget: int, smallest: int | None, unit: str) -> Claim:
+    """``claim`` as a run of ``budget`` can state it, given the ``smallest`` budget at which
+    the notebook declared, before the run, that the claim can be decided (None: no such
+    declaration; the claim unchanged).
+
+    Below that budget the verdict is "too small to decide here", whatever was measured: a
+    run that has not got as far as the claim needs says nothing for or against it (the
+    usual case is a CPU default run that "does not hold" only because it is short). The
+    measured verdict stays in the numbers, beside the two budgets. A claim the run did not
+    test keeps "not tested", and every claim at or above the budget keeps its verdict:
+
+        decidable(Claim("solves", "...", FAILS), budget=3_000, smallest=11_000,
+                  unit="environment steps")
+        -> Claim("solves", "...", TOO_SMALL, {"measured verdict": "does not hold",
+                 "smallest budget to decide": "11,000 environment steps",
+                 "this run's budget": "3,000 environment steps"})
+    """
+    if smallest is None or budget >= smallest or claim.verdict == UNTESTED:
+        return claim
+    return replace(claim, verdict=TOO_SMALL, numbers=claim.numbers | {
+        "measured verdict": claim.verdict,
+        "smallest budget to decide": f"{smallest:,} {unit}",
+        "this run's budget": f"{budget:,} {unit}"})
 
 
 def summary(*, paper: str, measured: str, paper_setting: str = "",

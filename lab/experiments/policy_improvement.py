@@ -34,8 +34,9 @@ from jax.sharding import Mesh
 
 from lab import parallel
 from lab.envs.control import ControlTask
-from lab.experiments.claims import Claim, plural, verdict_of
+from lab.experiments.claims import TOO_SMALL, Claim, decidable, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
+from lab.experiments.params import with_preset
 from lab.models.policy import sample_actions
 from lab.rl import mpo as mpo_losses
 from lab.train import mpo, vmpo
@@ -108,14 +109,14 @@ def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, 
               devices: int = 1) -> Setup:
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
     The runner calls this before it starts a kernel (the notebook's metadata names it)."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    p = dict(env=env, agent=agent, depth=depth, branching=branching, model=model,
-             search_in=search_in, updates_per_step=updates_per_step,
-             more_updates=more_updates, compare=compare, seeds=seeds, devices=devices,
-             total_steps=total_steps, eval_every=eval_every, vmpo_steps=vmpo_steps,
-             widths=widths, batch_size=batch_size, learning_rate=learning_rate, n_step=n_step,
-             discount=discount) | PRESETS[preset]
+    p = with_preset(dict(preset=preset, env=env, agent=agent, depth=depth,
+                         branching=branching, model=model, search_in=search_in,
+                         updates_per_step=updates_per_step, more_updates=more_updates,
+                         compare=compare, seeds=seeds, devices=devices,
+                         total_steps=total_steps, eval_every=eval_every,
+                         vmpo_steps=vmpo_steps, widths=widths, batch_size=batch_size,
+                         learning_rate=learning_rate, n_step=n_step, discount=discount),
+                    PRESETS)
     if not p["env"].startswith(DMC_PREFIX):
         ControlTask(p["env"])  # refuses unknown ids and discrete action spaces
     if p["env"] not in THRESHOLDS:
@@ -204,10 +205,7 @@ PARAMETERS = tuple(inspect.signature(configure).parameters)
 def without_preset(params: dict[str, Any]) -> dict[str, Any]:
     """The parameters a preset stands for, spelled out, with ``preset="default"`` (what a
     panel's controls start from)."""
-    if params["preset"] not in PRESETS:
-        raise ValueError(f"unknown preset {params['preset']!r}; choose one of "
-                         f"{', '.join(PRESETS)}")
-    return params | PRESETS[params["preset"]] | {"preset": "default"}
+    return with_preset(params, PRESETS) | {"preset": "default"}
 
 
 @dataclass
@@ -327,7 +325,12 @@ def describe(m: dict[str, Any]) -> str:
     lines = [f"**Set-up.** `{m['env']}`, {m['seeds']} seeds trained together with vmap; "
              f"threshold {m['threshold']:.0f} (mean evaluation return over seeds).", ""]
     if "claim1_mpo_solves" in m:
-        lines += [f"- **Claim 1, MPO solves the task: {held('claim1_mpo_solves')}.** Final "
+        solves = held("claim1_mpo_solves")
+        if m["mpo_env_steps"] < DECIDABLE_AT["mpo_solves"]:
+            solves = (f"{TOO_SMALL} (measured: {solves}; deciding it needs "
+                      f"{DECIDABLE_AT['mpo_solves']:,} {DECIDABLE_UNIT}, this run had "
+                      f"{m['mpo_env_steps']:,})")
+        lines += [f"- **Claim 1, MPO solves the task: {solves}.** Final "
                   f"return {final('mpo')}; reached the threshold {steps('mpo')}.", ""]
     if "claim2_search_sooner" in m:
         s = m["claim2_search_variant"]
@@ -358,10 +361,21 @@ PAPER = ("Abdolmaleki et al. 2018 (MPO); Song et al. 2019 (V-MPO); Springenberg 
          "(local search for policy iteration)")
 PAPER_SETTING = "DeepMind Control Suite and other continuous control, millions of steps"
 
+# The smallest budget, in environment steps per seed, at which a claim can be decided, fixed
+# before any run. MPO solving Pendulum: 11,000, the first evaluation at which the `claim`
+# preset's MPO (20,000 steps, 5 seeds, the run that decided the claim) had a mean return at
+# or above -200 (benchmarks/RESULTS.md, "Claims: notebooks/04_policy_improvement.ipynb"; per
+# seed 8,000 to 13,000): a shorter run ends before the claim run itself got there. The CPU
+# default's 3,000 steps are a demonstration. Below it the verdict reads "too small to decide
+# here" (``lab.experiments.claims.decidable``).
+DECIDABLE_AT = {"mpo_solves": 11_000}
+DECIDABLE_UNIT = "environment steps"
+
 
 def summary(m: dict[str, Any]) -> dict[str, Any]:
     """The claims, study and headline of :func:`verdict`'s numbers for ``record`` (see
-    ``lab.experiments.claims``); only the claims the run's variants could test."""
+    ``lab.experiments.claims``); only the claims the run's variants could test. Below the
+    budget a claim needs (``DECIDABLE_AT``) its verdict is "too small to decide here"."""
     def steps(name):
         s = m[f"{name}_steps_to_threshold"]
         return "never" if s is None else int(s)
@@ -375,10 +389,13 @@ def summary(m: dict[str, Any]) -> dict[str, Any]:
 
     claims = []
     if "claim1_mpo_solves" in m:
-        claims.append(Claim("mpo_solves", "MPO solves the task (final return at or above "
-                            "the threshold)", verdict_of(m["claim1_mpo_solves"]),
-                            {"MPO final return": m["mpo_final_return"],
-                             "threshold": m["threshold"], "steps to threshold": steps("mpo")}))
+        claims.append(decidable(
+            Claim("mpo_solves", "MPO solves the task (final return at or above the threshold)",
+                  verdict_of(m["claim1_mpo_solves"]),
+                  {"MPO final return": m["mpo_final_return"], "threshold": m["threshold"],
+                   "steps to threshold": steps("mpo")}),
+            budget=m["mpo_env_steps"], smallest=DECIDABLE_AT["mpo_solves"],
+            unit=DECIDABLE_UNIT))
     if "claim2_search_sooner" in m:
         claims.append(sooner("search_sooner", "claim2_search_sooner", m["claim2_search_variant"],
                              "Local search with the true model in learning reaches the "

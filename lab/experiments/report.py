@@ -2,18 +2,22 @@
 
 - ``<run>/report.html``: nbconvert's lab template under a header that leads with the run's
   status and the paper's claims as the notebook declared them (``lab.experiments.claims``),
-  then its headline metrics; curves and other arrays stay in ``metrics.json`` (linked).
+  then its headline metrics and the parameters that differ from the notebook's defaults,
+  each with its source; curves and other arrays stay in ``metrics.json`` (linked).
 - ``index.html``: every run, newest first, with its claims as verdict badges and its
-  headline metrics; filters by notebook and status; which runs ``make reports`` reused.
-- ``claims.html``: one row per claim, from the latest ``ok`` run of each notebook and
-  preset: what reproduces, at which scale, and what does not.
+  headline metrics; filters by notebook and status; which runs ``make reports`` reused and
+  which were recorded elsewhere and imported (``lab.experiments.imports``).
+- ``claims.html``: one row per claim (notebook and claim name) with its verdict at each
+  scale measured, smallest to largest (:func:`scale_of`): this machine's default run, the
+  other presets on CPU, then GPU runs; the headline counts take each claim once, at its
+  largest scale.
 """
 
 import json
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jinja2
 
@@ -29,6 +33,8 @@ PROVENANCE_FILE = "provenance.json"
 REPORT_FILE = "report.html"
 REUSED_FILE = "reused.json"  # notebook -> the run the last `make reports` reused, and when
 CLAIMS_PAGE = "claims.html"
+IMPORTED_FILE = "imported.json"  # in a run imported from elsewhere: where from, and when
+ACCELERATORS = ("cuda", "gpu", "rocm", "tpu")  # in a JAX device's name: not this CPU
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -62,9 +68,23 @@ def _shown_claims(metrics: dict[str, Any]) -> list[dict[str, Any]]:
             for c in claims_of(metrics)]
 
 
+def changed_parameters(run: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """The parameters that differ from the notebook's defaults, name -> (value, source):
+    the source is "explicit" or "preset NAME", from the record's ``parameter_sources``;
+    an older record without them gives its explicit ``overrides``."""
+    values = run.get("parameters") or {}
+    overrides = run.get("overrides") or {}
+    sources = run.get("parameter_sources")
+    if isinstance(sources, dict):
+        return {k: (_short(values.get(k, overrides.get(k)), 40), str(source))
+                for k, source in sources.items() if source != "default"}
+    return {k: (_short(v, 40), "explicit") for k, v in overrides.items()}
+
+
 def header(run: dict[str, Any]) -> dict[str, Any]:
     """What a run report's header shows: the run record with its declared claims, headline
-    and study, parameters shortened, and only the names of everything else recorded."""
+    and study, parameters shortened, the ones that differ from the notebook's defaults with
+    their source, and only the names of everything else recorded."""
     metrics = run.get("metrics") or {}
     headline = headline_of(metrics)
     shown = {*RESERVED, *headline}
@@ -72,61 +92,169 @@ def header(run: dict[str, Any]) -> dict[str, Any]:
         "claims": _shown_claims(metrics), "study": study_of(metrics),
         "headline": {k: fmt(v) for k, v in headline.items()},
         "shown_parameters": {k: _short(v) for k, v in (run.get("parameters") or {}).items()},
+        "changed_parameters": changed_parameters(run),
         "other_metrics": sorted(k for k in metrics if k not in shown),
         "metrics_file": METRICS_FILE,
     }
 
 
 def _preset(run: dict[str, Any]) -> str:
-    return str((run.get("parameters") or {}).get("preset", "default"))
+    """The run's preset: the record's ``preset``, else (older records) its parameter."""
+    return str(run.get("preset") or (run.get("parameters") or {}).get("preset", "default"))
+
+
+def device_of(run: dict[str, Any]) -> tuple[str, bool]:
+    """The run's JAX devices as the pages name them ("cpu", "NVIDIA H100 80GB HBM3",
+    "8 x NVIDIA H100 80GB HBM3"), and whether they are accelerators (GPU, TPU)."""
+    entries = [str(d) for d in run.get("jax_devices") or []]
+    if not entries:
+        return "unknown device", False
+    # each entry is "<platform>:<id> <kind>", e.g. "cuda:0 NVIDIA H100 80GB HBM3"
+    kinds = [e.split(" ", 1)[1] if ":" in e.split(" ", 1)[0] and " " in e else e
+             for e in entries]
+    accelerated = any(a in e.lower() for e in entries for a in ACCELERATORS)
+    if len(set(kinds)) == 1:
+        return (kinds[0] if len(kinds) == 1 else f"{len(kinds)} x {kinds[0]}"), accelerated
+    return ", ".join(sorted(set(kinds))), accelerated
+
+
+def _commit(run: dict[str, Any]) -> str:
+    git = run.get("git") or {}
+    return (str(git.get("commit") or "unknown")[:8]) + ("+dirty" if git.get("dirty") else "")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def load_runs(out: Path) -> list[dict[str, Any]]:
     """Every run under ``out/runs``, newest first, with its declared claims, headline
-    metrics and study (``lab.experiments.claims``), and whether ``make reports`` last
-    reused it."""
+    metrics and study (``lab.experiments.claims``), its device, whether ``make reports``
+    last reused it and whether it was imported (``imported``: where from and when)."""
+    reused_file = _read_json(out / REUSED_FILE)
     try:
-        reused = {v.get("run"): v.get("reused_at")
-                  for v in json.loads((out / REUSED_FILE).read_text()).values()}
-    except (OSError, json.JSONDecodeError, AttributeError):
+        reused = {v.get("run"): v.get("reused_at") for v in reused_file.values()}
+    except AttributeError:
         reused = {}
     runs = []
     for prov in (out / "runs").glob(f"*/{PROVENANCE_FILE}"):
+        folder = prov.parent
+        if folder.name.startswith("."):
+            continue  # an import being copied (lab.experiments.imports)
         try:
             run = json.loads(prov.read_text())
         except json.JSONDecodeError:
             continue  # a run being written right now
-        metrics = read_metrics(prov.parent)
-        run |= {"folder": str(prov.parent), "href": f"runs/{prov.parent.name}/{REPORT_FILE}",
-                "metrics_href": f"runs/{prov.parent.name}/{METRICS_FILE}",
+        metrics = read_metrics(folder)
+        imported = _read_json(folder / IMPORTED_FILE)
+        device, accelerated = device_of(run)
+        has_report = (folder / REPORT_FILE).exists()
+        run |= {"folder": str(folder),
+                "href": f"runs/{folder.name}/{REPORT_FILE}" if has_report else None,
+                "metrics_href": f"runs/{folder.name}/{METRICS_FILE}",
                 "claims": _shown_claims(metrics), "study": study_of(metrics),
                 "headline": {k: fmt(v) for k, v in headline_of(metrics).items()},
-                "preset": _preset(run), "reused_at": reused.get(prov.parent.name)}
+                "preset": _preset(run), "reused_at": reused.get(folder.name),
+                "imported": imported if isinstance(imported, dict) else None,
+                "device": device, "accelerated": accelerated, "commit": _commit(run)}
         runs.append(run)
     return sorted(runs, key=lambda r: r.get("started", ""), reverse=True)
 
 
-def latest_claims(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The claims dashboard's rows: every claim of the latest ``ok`` run of each notebook
-    and preset (a preset's run is its own row: the CPU default beside the claim-sized
-    run), sorted by notebook, then the default preset first. A notebook and preset whose
-    latest run declares no claims gives one row without a claim."""
-    latest: dict[tuple[str, str], dict[str, Any]] = {}
+class Scale(NamedTuple):
+    """Where a claim was measured: a preset on this kind of device. Ordered from the
+    smallest to the largest: the default run, another preset on CPU, a GPU (or TPU) run."""
+
+    rank: int  # 0 the default preset on CPU, 1 another preset on CPU, 2 an accelerator
+    preset: str
+    device: str  # "cpu" for every CPU run, else the accelerator's name
+
+    @property
+    def label(self) -> str:
+        if self.rank < 2:
+            return "default" if self.rank == 0 else f"preset {self.preset}"
+        return self.device + ("" if self.preset == "default" else f", preset {self.preset}")
+
+    @property
+    def order(self) -> tuple:
+        return self.rank, self.preset != "default", self.preset, self.device
+
+
+SCALE_NAMES = ("the default run", "another preset on CPU", "a GPU run")  # by Scale.rank
+
+
+def scale_of(run: dict[str, Any]) -> Scale:
+    """The scale a run measured at (``load_runs`` gives ``preset``, ``device`` and
+    ``accelerated``)."""
+    if run["accelerated"]:
+        return Scale(2, run["preset"], run["device"])
+    return Scale(0 if run["preset"] == "default" else 1, run["preset"], "cpu")
+
+
+def _cell(run: dict[str, Any], scale: Scale, claim: dict[str, Any] | None) -> dict[str, Any]:
+    explicit = {k: value for k, (value, source) in changed_parameters(run).items()
+                if source == "explicit" and k != "preset"}
+    return {"scale": scale, "label": scale.label, "run": run, "claim": claim,
+            "verdict": claim["verdict"] if claim else None,
+            "numbers": claim["numbers"] if claim else {},
+            "date": (run.get("started") or "")[:10], "device": run["device"],
+            "commit": run["commit"], "recorded": run["imported"] is not None,
+            "explicit": explicit, "counted": False}
+
+
+def claim_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The claims dashboard's rows, by notebook: one per claim (notebook, claim name) with
+    one cell per scale measured, from the latest ``ok`` run of each preset and device
+    (:func:`scale_of`), smallest scale first; ``counted`` is the cell the headline counts
+    take: the largest scale, the newest on a tie. A scale whose latest run declares no
+    claims gives a row of its own without a claim."""
+    latest: dict[tuple[str, Scale], dict[str, Any]] = {}
     for run in runs:  # newest first
         if run.get("status") == "ok":
-            latest.setdefault((run.get("notebook", ""), run["preset"]), run)
+            latest.setdefault((run.get("notebook", ""), scale_of(run)), run)
+    claims: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    plain, position = [], {}
+    for (notebook, scale), run in latest.items():
+        if not run["claims"]:
+            plain.append({"notebook": notebook, "claim": None, "cells": [_cell(run, scale, None)],
+                          "counted": None, "order": (1, scale.order)})
+        for i, claim in enumerate(run["claims"]):
+            claims.setdefault((notebook, claim["name"]), []).append(_cell(run, scale, claim))
+            position[notebook, claim["name"]] = min(i, position.get((notebook, claim["name"]), i))
     rows = []
-    for (notebook, preset), run in sorted(latest.items(),
-                                          key=lambda kv: (kv[0][0], kv[0][1] != "default",
-                                                          kv[0][1])):
-        overrides = {k: _short(v, 40) for k, v in (run.get("overrides") or {}).items()
-                     if k != "preset"}
-        base = {"notebook": notebook, "preset": preset, "run": run, "overrides": overrides}
-        group = [base | {"claim": c} for c in run["claims"]] or [base | {"claim": None}]
-        for i, row in enumerate(group):  # the page shows a run's cells once, spanning rows
-            row |= {"first": i == 0, "span": len(group)}
-        rows += group
+    for (notebook, name), cells in claims.items():
+        cells.sort(key=lambda c: c["scale"].order)
+        counted = max(cells, key=lambda c: (c["scale"].rank, c["run"].get("started", "")))
+        counted["counted"] = True
+        rows.append({"notebook": notebook, "claim": counted["claim"], "cells": cells,
+                     "counted": counted, "order": (0, position[notebook, name], name)})
+    rows = sorted(rows + plain, key=lambda r: (r["notebook"], r["order"]))
+    for row in rows:  # the page shows a notebook's paper once, spanning its rows
+        mine = [r for r in rows if r["notebook"] == row["notebook"]]
+        row |= {"first": mine[0] is row, "span": len(mine),
+                "study": _study(c["run"] for r in mine for c in r["cells"])}
     return rows
+
+
+def _study(runs) -> dict[str, str]:
+    """The study of the newest run that names its paper."""
+    named = [r for r in runs if r["study"].get("paper")]
+    return max(named, key=lambda r: r.get("started", ""))["study"] if named else {}
+
+
+def headline_counts(rows: list[dict[str, Any]]) -> tuple[dict[str, int], str]:
+    """Each claim counted once, at its largest scale measured: the number per verdict, and
+    the sentence that says so."""
+    counted = [r["counted"] for r in rows if r["counted"]]
+    counts = {v: sum(1 for c in counted if c["verdict"] == v) for v in VERDICTS}
+    at = [sum(1 for c in counted if c["scale"].rank == rank) for rank in range(3)]
+    note = ("Each claim is counted once, at the largest scale measured (a GPU run, then a "
+            "preset other than the default on CPU, then the default run; the newest on a "
+            "tie): " + ", ".join(f"{at[r]} at {SCALE_NAMES[r]}" for r in (2, 1, 0)) + ".")
+    return counts, note
 
 
 def _write_page(out: Path, name: str, template: str, **context: Any) -> Path:
@@ -143,10 +271,10 @@ def build_index(out: Path) -> Path:
     notebook, ``out/<notebook>.html``) and ``out/claims.html``."""
     out = Path(out)
     runs = load_runs(out)
-    rows = latest_claims(runs)
-    counts = {v: sum(1 for r in rows if r["claim"] and r["claim"]["verdict"] == v)
-              for v in VERDICTS}
-    _write_page(out, CLAIMS_PAGE, "claims.html.j2", rows=rows, counts=counts)
+    rows = claim_rows(runs)
+    counts, scale_note = headline_counts(rows)
+    _write_page(out, CLAIMS_PAGE, "claims.html.j2", rows=rows, counts=counts,
+                scale_note=scale_note)
     latest = {p.stem: p.name for p in sorted(out.glob("*.html"))
               if p.name not in ("index.html", CLAIMS_PAGE)}
     notebooks = sorted({r.get("notebook", "") for r in runs})
@@ -154,4 +282,3 @@ def build_index(out: Path) -> Path:
     return _write_page(out, "index.html", "index.html.j2", runs=runs, latest=latest,
                        notebooks=notebooks, statuses=statuses, counts=counts,
                        claims_page=CLAIMS_PAGE)
-
