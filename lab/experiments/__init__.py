@@ -12,6 +12,7 @@ _HOMES = {  # public name -> the module of lab.experiments that defines it
     "RunnerError": "runner",
     "build_index": "report",
     "export_html": "report",
+    "import_runs": "imports",
     "notebook_parameters": "params",
     "record": "records",
     "report_phase": "phases",
