@@ -217,6 +217,20 @@ def test_experiments_declare_too_small_below_their_budgets():
     assert ["smallest budget to decide", "11,000 environment steps"] in claim["numbers"]
     assert pi.summary(mpo | {"mpo_env_steps": 20_000})["claims"][0]["verdict"] == FAILS
 
+    from types import SimpleNamespace
+
+    from lab.experiments import sweeps
+
+    spec = SimpleNamespace(metric="mpo_final_return", trials=8, phases=3, survival=0.5,
+                           notebook="04_policy_improvement.ipynb", fixed={"total_steps": 4_500})
+    tie = {"claim_at_least_as_good": True, "seeds_hypertrick_at_least_as_good": 1, "seeds": 1,
+           "mean_hypertrick_best": -999.0, "mean_random_best": -999.0,
+           "mean_hypertrick_compute": 4.0, "mean_random_compute": 4.0}
+    (claim,) = sweeps.summary(tie, spec)["claims"]
+    assert claim["verdict"] == TOO_SMALL and ["measured verdict", HOLDS] in claim["numbers"]
+    spec.fixed["total_steps"] = 6_000
+    assert sweeps.summary(tie, spec)["claims"][0]["verdict"] == HOLDS
+
 
 def test_device_of_names_accelerators():
     assert device_of({"jax_devices": ["cpu:0 cpu"]}) == ("cpu", False)

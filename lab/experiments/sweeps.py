@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from lab.experiments.claims import Claim, plural, verdict_of
+from lab.experiments.claims import TOO_SMALL, Claim, decidable, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
 from lab.experiments.params import with_preset
 from lab.sweeps import load_spec, run_sweep
@@ -125,9 +125,25 @@ PAPER = ("Heinrich & Frosio, Metaoptimization on a Distributed System for Deep "
 PAPER_SETTING = "GA3C on Atari games, trials spread over many machines"
 
 
+# The smallest budget, in environment steps per trial, at which the claim can be decided on
+# this workload (``lab.experiments.claims.decidable``). Declared 2026-11-25, after the default
+# run (8 trials of 4,500 steps) recorded "holds" on a tie: every trial of both searches ended
+# at the untrained policy's -999, so neither search found anything to compare. The evidence for
+# 6,000: the claim preset's trials of 6,000 steps learned (best -194 to -205 on every sampler
+# seed, benchmarks/RESULTS.md, 2026-11-22 and 2026-11-25); below it no run has.
+DECIDABLE_AT = {"at_least_as_good": 6_000}
+DECIDABLE_UNIT = "environment steps per trial"
+
+
+def trial_steps(spec: SweepSpec) -> int:
+    """Each trial's budget: the workload's ``total_steps`` the sweep fixes."""
+    return int(spec.fixed["total_steps"])
+
+
 def summary(m: dict[str, Any], spec: SweepSpec) -> dict[str, Any]:
     """The claim, study and headline of :func:`verdict`'s numbers for ``record`` (see
-    ``lab.experiments.claims``)."""
+    ``lab.experiments.claims``); below ``DECIDABLE_AT`` the verdict is "too small to decide
+    here"."""
     claim = Claim(
         "at_least_as_good", f"With as many configurations as random search, HyperTrick's "
         f"best {spec.metric} is at least as good (it stops most of them early)",
@@ -137,6 +153,8 @@ def summary(m: dict[str, Any], spec: SweepSpec) -> dict[str, Any]:
          "best: random search": m["mean_random_best"],
          "compute in whole trials: HyperTrick": m["mean_hypertrick_compute"],
          "compute: random search": m["mean_random_compute"]})
+    claim = decidable(claim, budget=trial_steps(spec), smallest=DECIDABLE_AT[claim.name],
+                      unit=DECIDABLE_UNIT)
     return claims_summary(
         paper=PAPER, paper_setting=PAPER_SETTING, claims=[claim],
         measured=(f"{plural(spec.trials, 'trial')} of {Path(spec.notebook).stem}, "
@@ -149,6 +167,10 @@ def summary(m: dict[str, Any], spec: SweepSpec) -> dict[str, Any]:
 def describe(m: dict[str, Any], spec: SweepSpec) -> str:
     """The conclusions as Markdown, every number from ``m``."""
     holds = "holds" if m["claim_at_least_as_good"] else "does not hold"
+    smallest = DECIDABLE_AT["at_least_as_good"]
+    if trial_steps(spec) < smallest:
+        holds = (f"{TOO_SMALL} (measured: {holds}; deciding it needs {smallest:,} "
+                 f"{DECIDABLE_UNIT}, this run had {trial_steps(spec):,})")
     lines = [
         f"**Claim: {holds}** on {m['seeds']} sampler seed(s): HyperTrick's best "
         f"`{spec.metric}` was at least random search's on "
