@@ -216,6 +216,10 @@ def test_experiments_declare_too_small_below_their_budgets():
     assert claim["name"] == "mpo_solves" and claim["verdict"] == TOO_SMALL
     assert ["smallest budget to decide", "11,000 environment steps"] in claim["numbers"]
     assert pi.summary(mpo | {"mpo_env_steps": 20_000})["claims"][0]["verdict"] == FAILS
+    never = mpo | {"variants": ["mpo", "mpo_x4"], "claim3_more_updates_sooner": False,
+                   "claim3_variant": "mpo_x4", "mpo_x4_steps_to_threshold": None,
+                   "mpo_x4_final_return": -400.0, "mpo_x4_env_steps": 3_000}
+    assert [c["verdict"] for c in pi.summary(never)["claims"]] == [TOO_SMALL, TOO_SMALL]
 
     from types import SimpleNamespace
 
