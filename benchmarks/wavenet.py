@@ -29,7 +29,8 @@ def main() -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=[16, 32, 64])
     parser.add_argument("--timing-steps", type=int, default=256)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--length", type=int, default=1024, help="samples per training crop")
+    parser.add_argument("--length", type=int, default=1024,
+                        help="samples per training crop (teacher and students alike)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--losses", nargs="+", default=list(LOSSES), choices=LOSSES,
                         help="training steps to time (each compiles its own program)")
@@ -54,7 +55,8 @@ def main() -> None:
               "teacher_channels": args.widths[0], "teacher_layers": 10, "cycle": 10,
               "mixtures": 5, "teacher_steps": 1, "teacher_lr": 1e-3, "flows": 4,
               "student_channels": args.widths[0], "student_layers": 6, "student_steps": 1,
-              "student_lr": 1e-3, "batch": args.batch, "length": args.length, "chunk": 1,
+              "student_lr": 1e-3, "batch": args.batch, "length": args.length,
+              "student_batch": args.batch, "student_length": args.length, "chunk": 1,
               "eval_every": 1, "draws": 4, "power_weight": 0.1, "variants": ["student"],
               "eval_utterances": 1, "timing_lengths": args.lengths, "timing_widths": args.widths,
               "timing_steps": args.timing_steps, "seed": 0} | small

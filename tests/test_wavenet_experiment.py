@@ -31,6 +31,7 @@ NOTEBOOK = dict(preset="default", sample_rate=8000, bands=20, sentences=None, he
                 teacher_channels=16, teacher_layers=10, cycle=10, mixtures=5,
                 teacher_steps=1500, teacher_lr=0.002, flows=4, student_channels=16,
                 student_layers=6, student_steps=300, student_lr=0.001, batch=8, length=1024,
+                student_batch=4, student_length=2048, tune_power=False,
                 chunk=100, eval_every=500, draws=4, power_weight=0.1,
                 variants=["student", "no_power", "draws_1", "draws_32", "clarinet"],
                 eval_utterances=4, timing_lengths=[1000, 4000, 16000],
@@ -47,6 +48,8 @@ NOTEBOOK = dict(preset="default", sample_rate=8000, bands=20, sentences=None, he
     ({"variants": ["student", "draws_0"]}, "unknown variant 'draws_0'; choose from student"),
     ({"student_steps": 450}, "student_steps 450 must be a positive multiple of chunk 100"),
     ({"length": 100}, "length 100 is shorter than one 256-sample frame"),
+    ({"student_length": 300}, "student_length 300 is shorter than one 400-sample frame"),
+    ({"tune_power": "yes"}, "tune_power must be True or False, got 'yes'"),
     ({"preset": "huge"}, "unknown preset 'huge'; choose one of default, claim, rate_16k"),
 ])
 def test_configure_refuses_bad_values_in_one_line(change, message):

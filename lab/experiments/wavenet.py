@@ -59,8 +59,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 PARAMETERS = ("preset", "sample_rate", "bands", "sentences", "held_out", "teacher_channels",
               "teacher_layers", "cycle", "mixtures", "teacher_steps", "teacher_lr", "flows",
               "student_channels", "student_layers", "student_steps", "student_lr", "batch",
-              "length", "chunk", "eval_every", "draws", "power_weight", "variants",
-              "eval_utterances", "timing_lengths", "timing_widths", "timing_steps", "seed")
+              "length", "student_batch", "student_length", "chunk", "eval_every", "draws",
+              "power_weight", "tune_power", "variants", "eval_utterances", "timing_lengths",
+              "timing_widths", "timing_steps", "seed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +83,10 @@ class Setup:
     student_layers: int  # per flow
     student_steps: int
     student_lr: float
-    batch: int  # crops per step
+    batch: int  # crops per step (the teachers)
     length: int  # samples per crop
+    student_batch: int  # the students' crops per step
+    student_length: int  # and their samples per crop (the power loss averages over it)
     chunk: int  # steps per compiled call
     eval_every: int  # teacher steps per held-out evaluation (a multiple of chunk)
     draws: int  # M: draws per step of the KL estimate (the ``student`` variant)
@@ -103,7 +106,8 @@ class Setup:
     @property
     def frame(self) -> int:
         """Mel window (and the log-spectral proxies'): 32 ms. The power loss keeps
-        ``lab.train.wavenet.power_loss``'s 256-sample window at every rate."""
+        ``lab.train.wavenet.power_loss``'s 256-sample window at every rate; ClariNet's STFT
+        loss is ``lab.train.wavenet.clarinet_stft``'s 50 ms."""
         return 4 * self.hop
 
     @property
@@ -134,7 +138,8 @@ def configure(**params: Any) -> Setup:
         raise ValueError(f"held_out {p['held_out']} must leave some of the {len(sentences)} "
                          "sentences on each side")
     for name in ("bands", "teacher_channels", "teacher_layers", "cycle", "mixtures", "flows",
-                 "student_channels", "student_layers", "batch", "chunk", "draws",
+                 "student_channels", "student_layers", "batch", "student_batch", "chunk",
+                 "draws",
                  "eval_utterances", "timing_steps"):
         if p[name] < 1:
             raise ValueError(f"{name} must be at least 1, got {p[name]}")
@@ -150,9 +155,16 @@ def configure(**params: Any) -> Setup:
     if p["length"] < frame:
         raise ValueError(f"length {p['length']} is shorter than one {frame}-sample frame of "
                          "the power loss; use longer crops")
+    shortest = max(256, train.clarinet_stft(p["sample_rate"])[0])
+    if p["student_length"] < shortest:
+        raise ValueError(f"student_length {p['student_length']} is shorter than one "
+                         f"{shortest}-sample frame of the students' spectral losses; use "
+                         "longer crops")
     for name in ("teacher_lr", "student_lr"):
         if p[name] <= 0:
             raise ValueError(f"{name} must be positive, got {p[name]}")
+    if p.get("tune_power", False) not in (True, False):
+        raise ValueError(f"tune_power must be True or False, got {p['tune_power']!r}")
     if p["power_weight"] < 0:
         raise ValueError(f"power_weight must be at least 0, got {p['power_weight']}")
     for variant in p["variants"]:
@@ -173,7 +185,8 @@ def configure(**params: Any) -> Setup:
                  p["teacher_channels"], p["teacher_layers"], p["cycle"], p["mixtures"],
                  p["teacher_steps"], float(p["teacher_lr"]), p["flows"],
                  p["student_channels"], p["student_layers"], p["student_steps"],
-                 float(p["student_lr"]), p["batch"], p["length"], p["chunk"],
+                 float(p["student_lr"]), p["batch"], p["length"], p["student_batch"],
+                 p["student_length"], p["chunk"],
                  p["eval_every"], p["draws"],
                  float(p["power_weight"]), tuple(p["variants"]), p["eval_utterances"],
                  tuple(p["timing_lengths"]), tuple(p["timing_widths"]), p["timing_steps"],
@@ -289,9 +302,13 @@ def optimizer_for(lr: float, steps: int) -> optax.GradientTransformation:
 
 
 def _train(setup: Setup, model: eqx.Module, loss, steps: int, lr: float, data: Corpus,
-           frozen=None, on_chunk=None, evaluate=None) -> dict[str, Any]:
+           frozen=None, on_chunk=None, evaluate=None, crops: tuple[int, int] | None = None
+           ) -> dict[str, Any]:
+    """``crops``: ``(batch, length)`` per step, the setup's ``batch`` and ``length`` by
+    default."""
     optimizer = optimizer_for(lr, steps)
-    run = train.make_train(loss, optimizer, setup.batch, setup.length, setup.chunk)
+    batch, length = crops or (setup.batch, setup.length)
+    run = train.make_train(loss, optimizer, batch, length, setup.chunk)
     state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
     audio, cond = jnp.asarray(data.audio), jnp.asarray(data.cond)
     key = jax.random.key(setup.seed + 1)
@@ -360,8 +377,9 @@ def teacher_of(variant: str) -> str:
 def student_loss(setup: Setup, variant: str):
     """The variant's ``loss(student, key, real crop, cond crop, teacher) -> (value, aux)``."""
     if variant == "clarinet":
+        stft = train.clarinet_stft(setup.sample_rate)
         return lambda s, k, x, c, teacher: train.gaussian_distillation_loss(
-            s, teacher, k, c, x, setup.power_weight)
+            s, teacher, k, c, x, stft)
     draws = draws_of(variant, setup.draws)
     weight = 0.0 if variant == "no_power" else setup.power_weight
     return lambda s, k, x, c, teacher: train.distillation_loss(s, teacher, k, c, x, draws,
@@ -377,9 +395,52 @@ def train_student(setup: Setup, variant: str, teacher: WaveNet, data: Corpus,
     student = build_student(setup, key, "gaussian" if variant == "clarinet" else "logistic")
     check_conditioning(student, jnp.asarray(data.cond[:1]), setup.sample_rate)
     out = _train(setup, student, student_loss(setup, variant), setup.student_steps,
-                 setup.student_lr, data, frozen=teacher, on_chunk=on_chunk)
+                 setup.student_lr, data, frozen=teacher, on_chunk=on_chunk,
+                 crops=(setup.student_batch, setup.student_length))
+    weight = {"no_power": 0.0, "clarinet": 1.0}.get(variant, setup.power_weight)
     return out | {"variant": variant, "draws": draws_of(variant, setup.draws),
-                  "power_weight": 0.0 if variant == "no_power" else setup.power_weight}
+                  "power_weight": weight}  # ClariNet: its STFT loss's weight
+
+
+POWER_WEIGHTS = (1e-4, 1e-3, 1e-2, 1e-1)  # the grid power_weight was chosen from (issue 42)
+TUNING_UTTERANCES = 4
+
+
+def tune_power_weight(setup: Setup, data: Corpus, teacher: WaveNet,
+                      weights: tuple[float, ...] = POWER_WEIGHTS) -> dict[str, Any]:
+    """How ``power_weight`` was chosen (declared before the run in notebook 13): the
+    ``student`` variant distilled at each weight (the setup's steps and crops), then each
+    student and the teacher sample the first ``TUNING_UTTERANCES`` *training* utterances (the
+    verdicts use held-out ones). Chosen: the smallest weight whose student's mean power is
+    within 0.5 dB of the closest to the teacher samples' (``|10 log10(student / teacher)|``).
+    Returns each weight's dB gap, KL, power loss and the choice."""
+    items = speech.utterances(setup.sample_rate, setup.sentences)
+    kept, _ = speech.split(items, setup.held_out)
+    chosen_items = kept[:TUNING_UTTERANCES]
+    audio, cond, lengths = padded([u.audio for u in chosen_items],
+                                  [conditioning(u.audio, setup) for u in chosen_items])
+    cond = jnp.asarray(cond)
+    key = jax.random.key(setup.seed + 4)
+    mask = _mask(jnp.asarray(lengths), audio.shape[1])
+
+    def power(x):
+        return float((np.asarray(x) ** 2 * mask).sum() / mask.sum())
+
+    teacher_power = power(_teacher_samples(teacher, key, cond))
+    rows = []
+    for weight in weights:
+        run = train_student(dataclasses.replace(setup, power_weight=float(weight)),
+                            "student", teacher, data)
+        x, _, _ = _student_samples(run["model"], jax.random.fold_in(key, 1), cond)
+        gap = float(10 * np.log10(power(quantise(x)) / teacher_power))
+        tail = slice(-setup.chunk, None)
+        rows.append({"power_weight": float(weight), "energy_db_gap": gap,
+                     "train_kl": float(np.mean(run["aux"]["kl"][tail])),
+                     "power_loss": float(np.mean(run["aux"]["power"][tail]))})
+    best = min(abs(r["energy_db_gap"]) for r in rows)
+    chosen = min(r["power_weight"] for r in rows if abs(r["energy_db_gap"]) <= best + 0.5)
+    return {"rows": rows, "chosen": chosen, "teacher_power": teacher_power,
+            "utterances": [u.text for u in chosen_items]}
 
 
 # 3. quality proxies ---------------------------------------------------------------------------
