@@ -13,8 +13,8 @@ NOTEBOOK = dict(preset="default", dataset="fashion_mnist", levels=2,
                 models=["sequential", "multiscale", "shallow"], seeds=3, steps=200, batch=16,
                 lr=0.002, eval_every=50, eval_examples=300, channels=26, layers=5, base=4,
                 base_channels=16, base_layers=3, group_channels=16, group_blocks=1,
-                timing_sizes=[16, 32, 64, 128], timing_batch=4, timing_steps=32, samples=9,
-                seed=0)
+                group_shapes=[], timing_sizes=[16, 32, 64, 128], timing_batch=4, timing_steps=32,
+                samples=9, seed=0)
 
 
 def test_growth_slopes_are_one_for_exact_n_and_n_over_log_n():
@@ -76,6 +76,16 @@ def test_verdict_claims_from_nll_gaps_and_sampling_times():
     assert m["claim_nll_close_multiscale"] is False
     assert m["claim_ratio_grows_multiscale"] is False  # 10, 8, 30
 
+    # the shape study (an extension): the best shape's gap decides, 5% / 10% as above
+    rows = [{"channels": c, "blocks": b, "view": experiment.view(b), "parameters": 60_000,
+             "final_nats": [nats], "nats": nats, "bits_per_dim": 0.1, "seconds": 1.0,
+             "gap_relative": nats / 100 - 1} for c, b, nats in ((16, 1, 112.0), (8, 4, 107.0))]
+    m = experiment.verdict(setup, study, timing, rows)
+    assert m["shape_best_gap_relative"] == pytest.approx(0.07)
+    assert m["claim_shape_closes_gap"] and m["shape_weakly"]
+    assert experiment.summary(m, setup)["claims"][-1]["verdict"] == "weakly"
+    assert experiment.view(1) == 7 and experiment.view(4) == 19
+
 
 def test_images_are_padded_to_32_and_binarised_or_8_bit():
     binary = experiment.images("mnist_5k", "test", 2)
@@ -94,6 +104,8 @@ def test_images_are_padded_to_32_and_binarised_or_8_bit():
     ({"models": []}, "models is empty"),
     ({"steps": 225}, "steps 225 must be a positive multiple of eval_every 50"),
     ({"preset": "huge"}, "unknown preset 'huge'; choose one of default, claim, eight_bit"),
+    ({"group_shapes": [[8]]}, "group_shapes entry [8] is not [channels, blocks]"),
+    ({"group_shapes": [[8, 4]], "models": ["sequential"]}, "group_shapes needs the multiscale"),
 ])
 def test_configure_refuses_bad_values_in_one_line(change, message):
     with pytest.raises(ValueError) as error:
