@@ -32,7 +32,7 @@ NOTEBOOK = dict(preset="default", sample_rate=8000, bands=20, sentences=None, he
                 teacher_steps=1500, teacher_lr=0.002, flows=4, student_channels=16,
                 student_layers=6, student_steps=300, student_lr=0.001, batch=8, length=1024,
                 student_batch=4, student_length=2048, tune_power=False,
-                chunk=100, eval_every=500, draws=4, power_weight=0.1,
+                chunk=100, eval_every=500, draws=4, power_weight=0.01,
                 variants=["student", "no_power", "draws_1", "draws_32", "clarinet"],
                 eval_utterances=4, timing_lengths=[1000, 4000, 16000],
                 timing_widths=[16, 32, 64], timing_steps=256, seed=0)
