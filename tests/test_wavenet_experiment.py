@@ -217,3 +217,14 @@ def test_band_levels_split_a_level_change_at_the_split_frequency():
     below, above = experiment.band_levels(whisper, real, 256, 64, rate)
     assert below == pytest.approx(-20.0, abs=2.0) and above == pytest.approx(0.0, abs=1.0)
     assert experiment.band_levels(real, real, 256, 64, rate) == (0.0, 0.0)
+
+
+def test_the_power_weight_rule_takes_the_smallest_weight_near_the_best_match():
+    """Notebook 13's section 3a on its own 2026-11-25 figures (0.01 and 0.1 are both within
+    0.5 dB of the best match: the smaller wins), and on cases by hand."""
+    def rows(gaps):
+        return [{"power_weight": w, "energy_db_gap": g}
+                for w, g in zip((1e-4, 1e-3, 1e-2, 1e-1), gaps, strict=True)]
+    assert experiment.choose_power_weight(rows([-14.51, -8.35, 0.05, -0.16])) == 1e-2
+    assert experiment.choose_power_weight(rows([-14.5, -8.4, -2.0, 0.3])) == 1e-1
+    assert experiment.choose_power_weight(rows([-0.4, -0.1, 0.05, 3.0])) == 1e-4

@@ -437,10 +437,15 @@ def tune_power_weight(setup: Setup, data: Corpus, teacher: WaveNet,
         rows.append({"power_weight": float(weight), "energy_db_gap": gap,
                      "train_kl": float(np.mean(run["aux"]["kl"][tail])),
                      "power_loss": float(np.mean(run["aux"]["power"][tail]))})
-    best = min(abs(r["energy_db_gap"]) for r in rows)
-    chosen = min(r["power_weight"] for r in rows if abs(r["energy_db_gap"]) <= best + 0.5)
-    return {"rows": rows, "chosen": chosen, "teacher_power": teacher_power,
+    return {"rows": rows, "chosen": choose_power_weight(rows), "teacher_power": teacher_power,
             "utterances": [u.text for u in chosen_items]}
+
+
+def choose_power_weight(rows: list[dict[str, float]], within_db: float = 0.5) -> float:
+    """Section 3a's rule: the smallest ``power_weight`` whose ``energy_db_gap`` is within
+    ``within_db`` of the smallest gap in absolute value."""
+    best = min(abs(r["energy_db_gap"]) for r in rows)
+    return min(r["power_weight"] for r in rows if abs(r["energy_db_gap"]) <= best + within_db)
 
 
 # 3. quality proxies ---------------------------------------------------------------------------
