@@ -117,7 +117,8 @@ NOTEBOOK = {"preset": "default", "game": "breakout", "sticky": 0.1, "seeds": 1, 
             "training_batch": 10, "learning_rate": 3e-4, "entropy_cost": 0.01,
             "log_epsilon": 0.0, "a2c_envs": 2, "agent_counts": [1, 2], "trainer_counts": [1],
             "throughput_seconds": 0.5, "lags": [0, 1], "lag_updates": 5,
-            "adjust_window": 0.5, "adjust_seconds": 1.0, "adjust_starts": [[2, 1, 1]]}
+            "step_wait": 0.4, "initial_wait": 0.2, "adjust_seconds": 1.0, "adjust_seeds": 1,
+            "adjust_starts": [[2, 1, 1]], "fixed_configs": [[2, 1, 1]]}
 
 
 @pytest.mark.parametrize("change, message", [
@@ -129,7 +130,10 @@ NOTEBOOK = {"preset": "default", "game": "breakout", "sticky": 0.1, "seeds": 1, 
     ({"suite": "nes"}, "unknown suite 'nes'; choose one of minatar, atari"),
     ({"agent_counts": []}, "agent_counts must be a non-empty list"),
     ({"adjust_starts": [[2, 0, 1]]}, r"adjust_starts must be a list of \[agents"),
-    ({"adjust_seconds": 0.6}, "must cover at least two windows"),
+    ({"fixed_configs": [[2, 1]]}, r"fixed_configs must be a list of \[agents"),
+    ({"adjust_seconds": 0.9}, "must cover initial_wait"),
+    ({"initial_wait": -1}, "initial_wait must be at least 0 seconds"),
+    ({"adjust_seeds": 0}, "adjust_seeds must be at least 1, got 0"),
     ({"seconds": 0}, "seconds must be positive, got 0"),
 ])
 def test_notebook_parameters_are_refused_with_the_fix(change, message):
@@ -162,3 +166,77 @@ def test_a_callback_holds_every_worker_and_its_time_is_not_counted(run):
     wall = time.perf_counter() - seen["wall"]  # since the hold began
     assert seen["moved"] is False
     assert wall - (r.seconds - seen["seconds"]) >= 1.0  # the hold is not the run's time
+
+
+# --- the dynamic adjustment, driven by a fake throughput --------------------------------------
+
+def test_random_walk_moves_all_counts_at_once_by_at_most_one_and_never_below_one():
+    walk = ga3c.RandomWalk((1, 1, 1), np.random.default_rng(0))
+    moved = []
+    for _ in range(300):
+        before = walk.counts
+        after = walk.propose()
+        step = np.subtract(after, before)
+        assert after != before and np.abs(step).max() == 1 and min(after) >= 1
+        moved.append(np.count_nonzero(step))
+        walk.judge(float(np.random.default_rng(len(moved)).random()))
+    assert max(moved) == 3 and min(moved) == 1  # joint moves, and single ones
+    capped = ga3c.RandomWalk((4, 2, 2), np.random.default_rng(1), limits=(4, 2, 3))
+    for _ in range(100):
+        assert np.all(np.array(capped.propose()) <= (4, 2, 3))
+        capped.judge(1.0)
+
+
+def test_random_walk_reverts_a_worse_window_keeps_a_better_one_and_compares_with_the_last():
+    walk = ga3c.RandomWalk((8, 2, 2), np.random.default_rng(2), previous=10.0)
+    first = walk.propose()
+    assert walk.judge(8.0) is False and walk.counts == (8, 2, 2)  # worse than 10: reverted
+    second = walk.propose()
+    # the reference compares with the window before, the reverted one (8), not the best (10)
+    assert walk.judge(9.0) is True and walk.counts == second != first
+    assert walk.previous == 9.0
+    walk.propose()
+    assert walk.judge(9.0) is True  # a tie keeps the move (reverts only on fewer)
+
+
+def test_adjuster_waits_then_judges_each_window_on_a_fake_clock_and_throughput():
+    """Trainings accrue at ``rate(counts)`` per fake second; the driver ticks every second."""
+    def rate(counts):
+        agents, predictors, trainers = counts
+        return 10.0 * min(agents, 6) - 3.0 * (predictors + trainers)  # best: 6+ agents, 1/1
+
+    clock = {"t": 0.0, "done": 0.0, "counts": (2, 1, 1)}
+    applied = []
+
+    def apply(counts):
+        applied.append(counts)
+        clock["counts"] = counts
+
+    walk = ga3c.RandomWalk((2, 1, 1), np.random.default_rng(3))
+    trace = []
+    tick = ga3c._adjuster(walk, ga3c.Adjustment(step_wait=20, initial_wait=10),
+                          lambda: (clock["t"], clock["done"]), apply, trace)
+    for _ in range(10 + 20 * 60):
+        clock["t"] += 1.0
+        clock["done"] += rate(clock["counts"])
+        tick()
+    rows = np.array(trace)
+    assert rows[0].tolist() == [10.0, 2, 1, 1, rate((2, 1, 1)), 1.0]  # the initial wait
+    assert np.allclose(np.diff(rows[:, 0]), 20.0) and len(rows) == 61
+    for before, row in zip(rows[:-1], rows[1:], strict=False):  # each window: its own rate,
+        assert np.isclose(row[4], rate(tuple(int(c) for c in row[1:4])))  # kept unless lower
+        assert row[5] == float(row[4] >= before[4])
+    assert len(applied) == 61 and rows[:, 1:4].min() >= 1
+    assert rows[1:, 1:4].tolist() == [list(c) for c in applied[:-1]]  # it ran what it applied
+    assert rate(walk.counts) > rate((2, 1, 1))  # climbed on this landscape
+
+
+@pytest.mark.slow
+def test_stop_ends_an_adjusted_run_within_one_window_and_joins_every_thread():
+    before = threads_now()
+    adjust = ga3c.Adjustment(step_wait=1.0, initial_wait=0.2)
+    r = run_ga3c(TINY, jax.random.key(0), seconds=600, adjust=adjust, every=0.05,
+                 callback=lambda stats: stats.seconds() < 2.5)  # False: Stop
+    assert 2.5 <= r.seconds < 2.5 + adjust.step_wait
+    assert threads_now() == before
+    assert len(r.trace) >= 2 and r.trace[0, 0] >= 0.2 and r.trace[:, 1:4].min() >= 1

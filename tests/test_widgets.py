@@ -237,8 +237,9 @@ GA3C_PARAMS = {"preset": "default", "game": "breakout", "sticky": 0.1, "seeds": 
                "prediction_batch": 4, "training_batch": 10, "learning_rate": 3e-4,
                "entropy_cost": 0.01, "log_epsilon": 0.0, "a2c_envs": 2, "agent_counts": [1],
                "trainer_counts": [1], "throughput_seconds": 0.5, "lags": [0],
-               "lag_updates": 5, "adjust_window": 0.5, "adjust_seconds": 1.0,
-               "adjust_starts": [[2, 1, 1]]}
+               "lag_updates": 5, "step_wait": 0.4, "initial_wait": 0.2,
+               "adjust_seconds": 1.0, "adjust_seeds": 1, "adjust_starts": [[2, 1, 1]],
+               "fixed_configs": [[2, 1, 1]]}
 
 
 @pytest.mark.parametrize("execution", ["ga3c", "a3c"])

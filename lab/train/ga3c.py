@@ -27,10 +27,20 @@ every step (batch 1) and its own update on its own ``t_max`` steps; the shared p
 updated under a lock (A3C's Hogwild updates have no lock; in one Python process the GIL
 serialises them anyway).
 
-**Dynamic adjustment** (``adjust`` in ``run_ga3c``): every ``window`` seconds move one of the
-counts (agents, predictors, trainers) by one, keep the move if trainings per second rose,
-else undo it.
-
+**Dynamic adjustment** (``adjust=Adjustment(...)`` in ``run_ga3c``), as NVlabs/GA3C's
+``ThreadDynamicAdjustment`` does it: after an initial wait (``initial_wait``,
+``DYNAMIC_SETTINGS_INITIAL_WAIT`` = 10 s), draw a move of all three counts at once (agents,
+predictors, trainers: each -1, 0 or +1 with equal chance, none below 1; a draw that changes
+nothing is drawn again), apply it, count the trainings for ``step_wait`` seconds
+(``DYNAMIC_SETTINGS_STEP_WAIT`` = 20 s), and revert the move when that window trained less
+than the window before it; then the next move, for the whole run (``RandomWalk`` is the rule,
+``_adjuster`` drives it). Deviations: windows are compared by trainings per *second* rather
+than by count, so the first window is compared with the initial wait's rate (the reference
+compares a 20-s count with the count since start-up, which keeps almost every first move);
+windows end on the driver's tick (every ``min(every, step_wait)`` seconds), so their length
+varies by up to a tick, which rates absorb; ``limits`` can cap the counts (the reference has no
+cap; default none). After a reverted window the baseline is that rejected window's rate, as in
+the reference.
 Threads follow one pattern: a ``threading.Event`` to stop, every ``Queue.get`` bounded by a
 timeout, an exception in any thread is kept and re-raised by the caller once every thread
 has been joined, and every thread is joined on every exit path (Stop, an error, Ctrl-C).
@@ -352,8 +362,10 @@ class Result(NamedTuple):
     lags: np.ndarray  # policy lag of every step trained on
     batch_sizes: np.ndarray  # states per forward pass
     latencies: np.ndarray  # seconds from a state queued to its action back
-    trace: np.ndarray  # the dynamic adjustment: (W, 5) seconds, agents, predictors,
-    #                    trainers, trainings per second over the window (empty when off)
+    trace: np.ndarray  # the dynamic adjustment, one row per window: (W, 6) seconds at its
+    #                    end, agents, predictors, trainers during it, trainings per second,
+    #                    1 if its move was kept else 0 (row 0: the initial wait, kept);
+    #                    empty when off
 
     def rate(self, name: str) -> float:
         """``env_steps``, ``predictions`` or ``trainings`` per second."""
@@ -366,7 +378,7 @@ def _result(params: Params, stats: Stats, trace: list) -> Result:
                       stats.trainings, np.array(stats.episodes).reshape(-1, 3),
                       np.concatenate(stats.lags) if stats.lags else np.zeros(0, int),
                       np.array(stats.batch_sizes, int), np.array(stats.latencies),
-                      np.array(trace).reshape(-1, 5))
+                      np.array(trace, float).reshape(-1, TRACE_COLUMNS))
 
 
 def _drive(threads: Threads, stats: Stats, *, env_steps: int | None, seconds: float | None,
@@ -397,12 +409,11 @@ def _drive(threads: Threads, stats: Stats, *, env_steps: int | None, seconds: fl
 
 
 def run_ga3c(config: GA3CConfig, key: jax.Array, *, env_steps: int | None = None,
-             seconds: float | None = None, adjust: float = 0.0,
-             limits: tuple[int, int, int] = (64, 8, 8), callback: Callable | None = None,
-             every: float = 0.5, seed: int = 0) -> Result:
+             seconds: float | None = None, adjust: "Adjustment | None" = None,
+             callback: Callable | None = None, every: float = 0.5, seed: int = 0) -> Result:
     """GA3C with ``config``'s counts until ``env_steps`` or ``seconds``; see the module
-    docstring. ``adjust`` > 0 turns the dynamic adjustment on with windows of that many
-    seconds, each count kept within 1 and ``limits`` (agents, predictors, trainers)."""
+    docstring. ``adjust`` turns the dynamic adjustment on (``Adjustment``): the counts then
+    start from ``config``'s and follow GA3C's random walk for the whole run."""
     hyper, task = config.hyper, config.task
     model = init_model(hyper, task, key)
     params = Params(model, optimizer(hyper).init(eqx.filter(model, eqx.is_array)))
@@ -475,15 +486,25 @@ def run_ga3c(config: GA3CConfig, key: jax.Array, *, env_steps: int | None = None
     counts = {"agents": config.agents, "predictors": config.predictors,
               "trainers": config.trainers}
     trace, tick = [], None
-    if adjust > 0:
-        tick = _adjuster(threads, pools, dict(zip(pools, limits, strict=True)), stats,
-                         adjust, trace, rng)
+    if adjust is not None:
+        walk = RandomWalk(tuple(counts.values()), np.random.default_rng([seed, 1]),
+                          adjust.limits)
+
+        def apply(target):
+            for pool, n in zip(pools, target, strict=True):
+                while threads.count(pool) < n:
+                    threads.start(pool, pools[pool])
+                while threads.count(pool) > n:
+                    threads.retire(pool)
+
+        tick = _adjuster(walk, adjust, lambda: (stats.seconds(), stats.trainings), apply,
+                         trace)
     try:
         for pool, n in counts.items():
             for _ in range(n):
                 threads.start(pool, pools[pool])
         _drive(threads, stats, env_steps=env_steps, seconds=seconds, callback=callback,
-               every=min(every, adjust) if adjust > 0 else every, tick=tick)
+               every=every if adjust is None else min(every, adjust.step_wait), tick=tick)
     finally:
         threads.join()
     if threads.errors:
@@ -491,36 +512,88 @@ def run_ga3c(config: GA3CConfig, key: jax.Array, *, env_steps: int | None = None
     return _result(params, stats, trace)
 
 
-def _adjuster(threads: Threads, pools: dict, limits: dict, stats: Stats, window: float,
-              trace: list, rng: np.random.Generator) -> Callable[[], None]:
-    """GA3C's dynamic adjustment as a ``tick``: at the end of each window compare its
-    trainings per second with the previous window's, undo the last move if it did not help,
-    then try a new move (one count up or down by one, at random, within the limits)."""
-    state = {"since": stats.seconds(), "trainings": stats.trainings, "best": None,
-             "move": None}
+TRACE_COLUMNS = 6  # Result.trace: seconds, agents, predictors, trainers, trainings/s, kept
 
-    def move(pool: str, step: int) -> None:
-        if step > 0:
-            threads.start(pool, pools[pool])
-        else:
-            threads.retire(pool)
+
+@dataclasses.dataclass(frozen=True)
+class Adjustment:
+    """GA3C's dynamic adjustment; the defaults are NVlabs/GA3C's (``Config.py``)."""
+
+    step_wait: float = 20.0
+    """Seconds each move is measured for (``DYNAMIC_SETTINGS_STEP_WAIT``)."""
+    initial_wait: float = 10.0
+    """Seconds before the first move (``DYNAMIC_SETTINGS_INITIAL_WAIT``); its rate is the
+    first window's baseline."""
+    limits: tuple[int, int, int] | None = None
+    """Most agents, predictors and trainers (None: no cap, as in the reference)."""
+
+    def __post_init__(self):
+        if self.step_wait <= 0 or self.initial_wait < 0:
+            raise ValueError(f"step_wait must be positive and initial_wait at least 0, got "
+                             f"{self.step_wait} and {self.initial_wait}")
+        if self.limits is not None and (len(self.limits) != 3 or min(self.limits) < 1):
+            raise ValueError(f"limits must be [agents, predictors, trainers], each at least "
+                             f"1, got {self.limits}")
+
+
+@dataclasses.dataclass
+class RandomWalk:
+    """The adjustment's rule, without threads or clocks (so a fake throughput can drive
+    it): ``propose()`` moves the counts, ``judge(rate)`` keeps or reverts the move once its
+    window's trainings per second are known (NVlabs/GA3C ``random_walk`` and ``run``)."""
+
+    counts: tuple[int, int, int]  # agents, predictors, trainers asked for now
+    rng: np.random.Generator
+    limits: tuple[int, int, int] | None = None
+    previous: float | None = None  # trainings per second of the window before
+    before: tuple[int, int, int] | None = None  # the counts before the move on trial
+
+    def propose(self) -> tuple[int, int, int]:
+        """Each count -1, 0 or +1 at random, at least 1 (at most its limit); a draw that
+        changes nothing is drawn again. Returns the new counts."""
+        top = self.limits or (np.inf,) * 3
+        while True:
+            step = self.rng.integers(-1, 2, size=3)
+            new = tuple(int(min(max(1, c + d), t))
+                        for c, d, t in zip(self.counts, step, top, strict=True))
+            if new != self.counts:
+                self.before, self.counts = self.counts, new
+                return new
+
+    def judge(self, rate: float) -> bool:
+        """The move's window trained ``rate`` per second: revert it if that is below the
+        window before (ties keep it, as the reference's ``cur_count < old_count``). This
+        window becomes the next one's baseline either way. Returns whether it was kept."""
+        kept = self.previous is None or rate >= self.previous
+        if not kept:
+            self.counts = self.before
+        self.previous = rate
+        return kept
+
+
+def _adjuster(walk: RandomWalk, adjust: Adjustment, reading: Callable[[], tuple[float, int]],
+              apply: Callable[[tuple[int, int, int]], None], trace: list) -> Callable[[], None]:
+    """The adjustment as a ``tick`` for ``_drive``: ``reading()`` gives (seconds, trainings
+    so far), ``apply(counts)`` makes the thread pools that size. After ``initial_wait`` the
+    first move; at the end of each ``step_wait`` window the verdict on the move and the next
+    move. Each window is a row of ``trace`` (``Result.trace``'s columns)."""
+    since, done = reading()
+    state = {"since": since, "trainings": done, "window": adjust.initial_wait, "first": True}
 
     def tick():
-        now = stats.seconds()
-        if now - state["since"] < window:
+        now, trainings = reading()
+        if now - state["since"] < state["window"]:
             return
-        tps = (stats.trainings - state["trainings"]) / (now - state["since"])
-        trace.append((now, *(threads.count(p) for p in pools), tps))
-        if state["move"] is not None and state["best"] is not None and tps <= state["best"]:
-            pool, step = state["move"]
-            move(pool, -step)  # it did not help: undo
+        rate = (trainings - state["trainings"]) / max(now - state["since"], 1e-9)
+        during = walk.counts
+        if state["first"]:
+            walk.previous, kept = rate, True
         else:
-            state["best"] = tps
-        options = [(p, s) for p in pools for s in (1, -1)
-                   if 1 <= threads.count(p) + s <= limits[p]]
-        state["move"] = options[rng.integers(len(options))]
-        move(*state["move"])
-        state["since"], state["trainings"] = stats.seconds(), stats.trainings
+            kept = walk.judge(rate)
+        trace.append((now, *during, rate, float(kept)))
+        apply(walk.propose())
+        state["since"], state["trainings"] = reading()
+        state["window"], state["first"] = adjust.step_wait, False
 
     return tick
 
