@@ -27,7 +27,7 @@ SMOKE = {
                 "trainer_counts": [1], "throughput_seconds": 0.5, "lags": [0, 1],
                 "lag_updates": 5, "step_wait": 0.4, "initial_wait": 0.2,
                 "adjust_seconds": 1.0, "adjust_seeds": 1, "adjust_starts": [[2, 1, 1]],
-                "fixed_configs": [[2, 1, 1]]},
+                "fixed_configs": [[2, 1, 1]], "checkpoint": False},
     "07_a2c": {"envs": 2, "seeds": 1, "total_steps": 200, "eval_every": 100},
     "08_early_termination": {"configurations": 3, "seeds": 1, "envs": 2, "total_steps": 80,
                              "evaluations": 2, "phases": 2, "orders": 3,

@@ -99,3 +99,25 @@ def test_atari_runs_leave_the_jitted_a2c_claims_untested():
     assert verdicts["higher_return_at_equal_time"] == "does not hold"
     assert "Atari pong" in experiment.summary(m, setup)["study"]["measured"]
     assert "no lag study" in experiment.describe(m)
+
+
+def test_kept_measurements_are_reused_only_for_the_same_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(tmp_path))
+    setup = experiment.configure(**(NOTEBOOK | {"checkpoint": True}))
+    calls, reused = [], []
+
+    def measure():
+        calls.append(1)
+        return {"rate": 10.0 * len(calls)}
+
+    first = experiment._kept(setup, "fixed", measure, reused, counts=(2, 1, 1), seed=0)
+    again = experiment._kept(setup, "fixed", measure, reused, counts=(2, 1, 1), seed=0)
+    other = experiment._kept(setup, "fixed", measure, reused, counts=(2, 1, 1), seed=1)
+    assert first["rate"] == again["rate"] == 10.0 and other["rate"] == 20.0
+    assert len(calls) == 2 and len(reused) == 1 and "seed': 0" in reused[0]
+    longer = experiment.configure(**(NOTEBOOK | {"checkpoint": True, "step_wait": 0.3}))
+    assert experiment._kept(longer, "fixed", measure, [], counts=(2, 1, 1), seed=0)[
+        "rate"] == 30.0  # another window is another measurement
+    off = experiment.configure(**NOTEBOOK)
+    assert experiment._kept(off, "fixed", measure, reused, counts=(2, 1, 1), seed=0)[
+        "rate"] == 40.0 and len(reused) == 1  # checkpoint False measures every time

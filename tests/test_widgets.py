@@ -239,7 +239,7 @@ GA3C_PARAMS = {"preset": "default", "game": "breakout", "sticky": 0.1, "seeds": 
                "trainer_counts": [1], "throughput_seconds": 0.5, "lags": [0],
                "lag_updates": 5, "step_wait": 0.4, "initial_wait": 0.2,
                "adjust_seconds": 1.0, "adjust_seeds": 1, "adjust_starts": [[2, 1, 1]],
-               "fixed_configs": [[2, 1, 1]]}
+               "fixed_configs": [[2, 1, 1]], "checkpoint": False}
 
 
 @pytest.mark.parametrize("execution", ["ga3c", "a3c"])

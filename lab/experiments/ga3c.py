@@ -40,6 +40,10 @@ the lag study are left out (claim 3's second half is then not tested).
 
 import dataclasses
 import functools
+import hashlib
+import inspect
+import json
+import os
 import time
 from typing import Any
 
@@ -50,6 +54,8 @@ from lab.envs.minatar import GAMES, MinAtarTask
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
 from lab.experiments.params import with_preset
+from lab.train import checkpoint as checkpoints
+from lab.train import ga3c as host
 from lab.train.a2c import A2CConfig, Hyper, make_train
 from lab.train.ga3c import SUITES, TRACE_COLUMNS, Adjustment, GA3CConfig, Result, run_a3c, run_ga3c
 
@@ -61,7 +67,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                   lags=[0, 1, 4, 16, 64], lag_updates=20_000,
                   # claim 4 the reference's way: its 20-s windows and 10-s initial wait,
                   # 600 s from three starts, 3 seeds, then the fixed-configuration protocol
+                  # (each finished run and measurement is kept: a rerun resumes them)
                   step_wait=20.0, initial_wait=10.0, adjust_seconds=600.0, adjust_seeds=3,
+                  checkpoint=True,
                   adjust_starts=[[2, 1, 1], [32, 2, 2], [16, 4, 4]],
                   fixed_configs=[[8, 1, 1], [16, 1, 1], [32, 1, 1], [16, 2, 1], [16, 1, 2],
                                  [16, 2, 2], [32, 2, 2]]),
@@ -80,7 +88,7 @@ PARAMETERS = ("preset", "suite", "game", "sticky", "seeds", "seconds", "agents",
               "trainers", "t_max", "prediction_batch", "training_batch", "learning_rate",
               "entropy_cost", "log_epsilon", "a2c_envs", "agent_counts", "trainer_counts",
               "throughput_seconds", "lags", "lag_updates", "step_wait", "initial_wait",
-              "adjust_seconds", "adjust_seeds", "adjust_starts", "fixed_configs")
+              "adjust_seconds", "adjust_seeds", "adjust_starts", "fixed_configs", "checkpoint")
 FRACTION_OF_BEST = 0.9  # claim 4
 SUITE_NAMES = {"minatar": "MinAtar", "atari": "Atari"}
 
@@ -103,6 +111,9 @@ class Setup:
     adjust_seeds: int
     adjust_starts: tuple[tuple[int, int, int], ...]
     fixed_configs: tuple[tuple[int, int, int], ...]
+    checkpoint: bool = False
+    """Keep each adjusted run and fixed measurement in the checkpoint folder, and reuse
+    them when the same run is asked for again (a long ``claim`` run resumes)."""
     preset: str = "default"
 
     @property
@@ -155,7 +166,7 @@ def configure(**params: Any) -> Setup:
                  p["lag_updates"],
                  Adjustment(float(p["step_wait"]), float(p["initial_wait"])),
                  float(p["adjust_seconds"]), p["adjust_seeds"], starts, fixed,
-                 params.get("preset", "default"))
+                 bool(p["checkpoint"]), params.get("preset", "default"))
 
 
 # --- the jitted A2C, timed like the host runs ------------------------------------------------
@@ -273,19 +284,60 @@ def smoothed(curve: np.ndarray, bins: int = 20) -> np.ndarray:
         return np.stack([np.nanmean(p, axis=-1) for p in parts], axis=-1)
 
 
-def adjustment(setup: Setup, *, report=None) -> list[list[Result]]:
+def adjustment(setup: Setup, *, report=None, reused: list | None = None
+               ) -> list[list[Result]]:
     """GA3C with the dynamic adjustment from each of ``adjust_starts`` (outer list), each
-    for ``adjust_seeds`` seeds (inner list); ``report(start, seed, result)``."""
+    for ``adjust_seeds`` seeds (inner list); ``report(start, seed, result)``. With
+    ``setup.checkpoint`` a run kept earlier is reused (its ``Result`` then holds the trace and
+    counts, no model or episodes) and named in ``reused``."""
     out = []
     for counts in setup.adjust_starts:
         out.append([])
         for seed in range(setup.adjust_seeds):
-            r = run_ga3c(_with_counts(setup.host, counts), jax.random.key(seed),
-                         seconds=setup.adjust_seconds, adjust=setup.adjust, seed=seed)
+            def measure(counts=counts, seed=seed):
+                r = run_ga3c(_with_counts(setup.host, counts), jax.random.key(seed),
+                             seconds=setup.adjust_seconds, adjust=setup.adjust, seed=seed)
+                return {"seconds": r.seconds, "env_steps": r.env_steps,
+                        "predictions": r.predictions, "trainings": r.trainings,
+                        "trace": r.trace.tolist()}
+
+            kept = _kept(setup, "adjusted", measure, reused, counts=counts, seed=seed,
+                         seconds=setup.adjust_seconds)
+            r = Result(None, kept["seconds"], kept["env_steps"], kept["predictions"],
+                       kept["trainings"], np.zeros((0, 3)), np.zeros(0, int), np.zeros(0, int),
+                       np.zeros(0), np.array(kept["trace"], float).reshape(-1, TRACE_COLUMNS))
             out[-1].append(r)
             if report is not None:
                 report(counts, seed, r)
     return out
+
+
+def _kept(setup: Setup, kind: str, measure, reused: list | None, **spec: Any
+          ) -> dict[str, Any]:
+    """``measure()`` (a JSON-able dict), or with ``setup.checkpoint`` the one kept under a
+    name made of everything that defines the measurement (the host settings, the
+    adjustment's, ``spec``, and the source of ``lab.train.ga3c``: an edit re-measures);
+    a reused one is printed and appended to ``reused``, with when it was measured."""
+    if not setup.checkpoint:
+        return measure()
+    key = json.dumps([kind, dataclasses.asdict(setup.host), dataclasses.asdict(setup.adjust),
+                      {k: list(v) if isinstance(v, tuple) else v for k, v in spec.items()},
+                      hashlib.sha256(inspect.getsource(host).encode()).hexdigest()],
+                     sort_keys=True, default=str)
+    path = (checkpoints.default_dir() / "ga3c"
+            / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json")
+    if path.exists():
+        kept = json.loads(path.read_text())
+        print(f"reused {kind} {spec}, measured {kept['measured']} ({path})")
+        if reused is not None:
+            reused.append(f"{kind} {spec}, measured {kept['measured']}")
+        return kept
+    kept = measure() | {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(kept))
+    os.replace(tmp, path)
+    return kept
 
 
 def _with_counts(config: GA3CConfig, counts) -> GA3CConfig:
@@ -318,12 +370,15 @@ def fixed_rate(setup: Setup, counts, seed: int) -> float:
     return (end[1] - start[1]) / (end[0] - start[0])
 
 
-def fixed_protocol(setup: Setup, adjusted: list[list[Result]], *, report=None
-                   ) -> dict[str, Any]:
+def fixed_protocol(setup: Setup, adjusted: list[list[Result]], *, report=None,
+                   reused: list | None = None) -> dict[str, Any]:
     """Each of ``fixed_configs`` at every seed, and each adjusted run's final configuration
-    at that run's seed, by ``fixed_rate``; ``report(counts, seed, rate)``."""
+    at that run's seed, by ``fixed_rate``; ``report(counts, seed, rate)``. ``"reused"``
+    lists what ``reused`` holds (kept measurements reused, here and in ``adjustment``)."""
+    reused = [] if reused is None else reused
     def measure(counts, seed):
-        rate = fixed_rate(setup, counts, seed)
+        rate = _kept(setup, "fixed", lambda: {"rate": fixed_rate(setup, counts, seed)},
+                     reused, counts=counts, seed=seed)["rate"]
         if report is not None:
             report(counts, seed, rate)
         return rate
@@ -332,7 +387,7 @@ def fixed_protocol(setup: Setup, adjusted: list[list[Result]], *, report=None
             for counts in setup.fixed_configs}
     finals = [[measure(final_counts(r), seed) for seed, r in enumerate(runs)]
               for runs in adjusted]
-    return {"grid": grid, "finals": finals}
+    return {"grid": grid, "finals": finals, "reused": reused}
 
 
 def adjustment_verdict(setup: Setup, adjusted: list[list[Result]], fixed: dict[str, Any]
@@ -360,6 +415,7 @@ def adjustment_verdict(setup: Setup, adjusted: list[list[Result]], fixed: dict[s
                                   for runs in adjusted],
         "adjusted_windows": [[len(r.trace) - 1 for r in runs] for runs in adjusted],
         "adjusted_traces": [[r.trace.tolist() for r in runs] for runs in adjusted],
+        "adjust_reused": fixed.get("reused", []),
         "claim4_adjustment_reaches_90pc": bool(pooled >= FRACTION_OF_BEST),
         "claim4_every_start": bool(every)}
 
