@@ -1,6 +1,8 @@
 """The GA3C notebook's verdicts from hand-made measurements: every claim's number and verdict
 follows from the rates, returns, lags and traces given (``lab.experiments.ga3c.verdict``)."""
 
+import json
+
 import numpy as np
 
 from lab.experiments import ga3c as experiment
@@ -115,9 +117,14 @@ def test_kept_measurements_are_reused_only_for_the_same_run(tmp_path, monkeypatc
     other = experiment._kept(setup, "fixed", measure, reused, counts=(2, 1, 1), seed=1)
     assert first["rate"] == again["rate"] == 10.0 and other["rate"] == 20.0
     assert len(calls) == 2 and len(reused) == 1 and "seed': 0" in reused[0]
-    longer = experiment.configure(**(NOTEBOOK | {"checkpoint": True, "step_wait": 0.3}))
-    assert experiment._kept(longer, "fixed", measure, [], counts=(2, 1, 1), seed=0)[
-        "rate"] == 30.0  # another window is another measurement
+    other_host = experiment.configure(**(NOTEBOOK | {"checkpoint": True,
+                                                     "training_batch": 20}))
+    assert experiment._kept(other_host, "fixed", measure, [], counts=(2, 1, 1), seed=0)[
+        "rate"] == 30.0  # another host setting is another measurement
+    r = run(returns=[1.0, 2.0], lags=[0, 3], trace=[[10.0, 2, 1, 1, 5.0, 1.0]])
+    back = experiment._as_result(json.loads(json.dumps(experiment._as_dict(r))))
+    for field in Result._fields[1:]:  # a kept run comes back as it was, less its model
+        assert np.array_equal(getattr(back, field), getattr(r, field)), field
     off = experiment.configure(**NOTEBOOK)
     assert experiment._kept(off, "fixed", measure, reused, counts=(2, 1, 1), seed=0)[
         "rate"] == 40.0 and len(reused) == 1  # checkpoint False measures every time

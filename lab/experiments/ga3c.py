@@ -54,8 +54,9 @@ from lab.envs.minatar import GAMES, MinAtarTask
 from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
 from lab.experiments.params import with_preset
+from lab.train import a2c as a2c_source
 from lab.train import checkpoint as checkpoints
-from lab.train import ga3c as host
+from lab.train import ga3c as ga3c_source
 from lab.train.a2c import A2CConfig, Hyper, make_train
 from lab.train.ga3c import SUITES, TRACE_COLUMNS, Adjustment, GA3CConfig, Result, run_a3c, run_ga3c
 
@@ -112,8 +113,8 @@ class Setup:
     adjust_starts: tuple[tuple[int, int, int], ...]
     fixed_configs: tuple[tuple[int, int, int], ...]
     checkpoint: bool = False
-    """Keep each adjusted run and fixed measurement in the checkpoint folder, and reuse
-    them when the same run is asked for again (a long ``claim`` run resumes)."""
+    """Keep every run and measurement of the studies in the checkpoint folder, and reuse
+    them when the same one is asked for again (a long ``claim`` run resumes; ``_kept``)."""
     preset: str = "default"
 
     @property
@@ -207,22 +208,44 @@ def run_a2c(config: A2CConfig, task: MinAtarTask, key: jax.Array, *, seconds: fl
 EXECUTIONS = ("ga3c", "a3c", "a2c")
 
 
-def learning(setup: Setup, *, report=None) -> dict[str, list[Result]]:
-    """Each execution for ``setup.seconds`` per seed; ``report(name, seed, result)``."""
+def learning(setup: Setup, *, report=None, reused: list | None = None
+             ) -> dict[str, list[Result]]:
+    """Each execution for ``setup.seconds`` per seed; ``report(name, seed, result)``. With
+    ``setup.checkpoint`` a run kept earlier is reused (``_kept``; no model)."""
     out: dict[str, list[Result]] = {name: [] for name in setup.executions}
     for seed in range(setup.seeds):
         key = jax.random.key(seed)
         for name in setup.executions:
-            if name == "ga3c":
-                r = run_ga3c(setup.host, key, seconds=setup.seconds, seed=seed)
-            elif name == "a3c":
-                r = run_a3c(setup.host, key, seconds=setup.seconds, seed=seed)
-            else:
-                r = run_a2c(setup.a2c, setup.host.task, key, seconds=setup.seconds)
+            def measure(name=name, key=key, seed=seed):
+                if name == "ga3c":
+                    r = run_ga3c(setup.host, key, seconds=setup.seconds, seed=seed)
+                elif name == "a3c":
+                    r = run_a3c(setup.host, key, seconds=setup.seconds, seed=seed)
+                else:
+                    r = run_a2c(setup.a2c, setup.host.task, key, seconds=setup.seconds)
+                return _as_dict(r)
+
+            spec = {"execution": name, "seed": seed, "seconds": setup.seconds}
+            if name == "a2c":
+                spec["a2c"] = dataclasses.asdict(setup.a2c)
+            r = _as_result(_kept(setup, "learning", measure, reused, **spec))
             out[name].append(r)
             if report is not None:
                 report(name, seed, r)
     return out
+
+
+def _as_dict(r: Result) -> dict[str, Any]:
+    """A ``Result`` as JSON-able lists, without its model."""
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+            for k, v in r._asdict().items() if k != "model"}
+
+
+def _as_result(d: dict[str, Any]) -> Result:
+    shapes = {"episodes": (-1, 3), "trace": (-1, TRACE_COLUMNS)}
+    kinds = {"lags": int, "batch_sizes": int}
+    return Result(None, *(np.array(d[k], kinds.get(k, float)).reshape(shapes.get(k, -1))
+                          if isinstance(d[k], list) else d[k] for k in Result._fields[1:]))
 
 
 def final_return(result: Result, fraction: float = 0.2) -> float:
@@ -232,22 +255,26 @@ def final_return(result: Result, fraction: float = 0.2) -> float:
     return float(late.mean()) if len(late) else float("nan")
 
 
-def throughput(setup: Setup, *, report=None) -> dict[str, Any]:
+def throughput(setup: Setup, *, report=None, reused: list | None = None) -> dict[str, Any]:
     """Rates against the number of agents (GA3C and A3C) and of trainers (GA3C)."""
-    rows = []
-    for agents in setup.agent_counts:
-        for name, run in (("ga3c", run_ga3c), ("a3c", run_a3c)):
-            config = dataclasses.replace(setup.host, agents=agents)
+    def point(name, run, config, study):
+        def measure():
             r = run(config, jax.random.key(0), seconds=setup.throughput_seconds)
-            rows.append(_rates(name, agents, config.trainers, r))
-            if report is not None:
-                report(rows[-1])
-    for trainers in setup.trainer_counts:
-        config = dataclasses.replace(setup.host, trainers=trainers)
-        r = run_ga3c(config, jax.random.key(0), seconds=setup.throughput_seconds)
-        rows.append(_rates("ga3c", config.agents, trainers, r) | {"study": "trainers"})
+            return _rates(name, config.agents, config.trainers, r) | {"study": study}
+
+        row = _kept(setup, "throughput", measure, reused, execution=name, study=study,
+                    agents=config.agents, trainers=config.trainers,
+                    seconds=setup.throughput_seconds)
+        row = {k: v for k, v in row.items() if k != "measured"}
         if report is not None:
-            report(rows[-1])
+            report(row)
+        return row
+
+    rows = [point(name, run, dataclasses.replace(setup.host, agents=agents), "agents")
+            for agents in setup.agent_counts
+            for name, run in (("ga3c", run_ga3c), ("a3c", run_a3c))]
+    rows += [point("ga3c", run_ga3c, dataclasses.replace(setup.host, trainers=trainers),
+                   "trainers") for trainers in setup.trainer_counts]
     return {"rows": rows}
 
 
@@ -262,18 +289,24 @@ def _rates(name: str, agents: int, trainers: int, r: Result) -> dict[str, Any]:
             "lag_histogram": np.bincount(lags, minlength=1).tolist() if len(lags) else [0]}
 
 
-def lag_study(setup: Setup) -> dict[str, Any]:
+def lag_study(setup: Setup, *, reused: list | None = None) -> dict[str, Any]:
     """The jitted A2C at each lag, ``seeds`` seeds vmapped: the mean return per update
     (nothing where the games are not gymnax's)."""
     out = {}
     task = setup.host.task
     for lag in setup.lags if "a2c" in setup.executions else ():
         config = dataclasses.replace(setup.a2c, lag=lag)
-        init, run = make_train(config, task)
-        keys = jax.random.split(jax.random.key(0), setup.seeds)
-        state = jax.jit(jax.vmap(init))(keys)
-        _, m = jax.jit(jax.vmap(lambda s, run=run: run(s, setup.lag_updates)))(state)
-        out[lag] = np.asarray(m.episode_return)  # (seeds, updates), NaN where none ended
+
+        def measure(config=config):
+            init, run = make_train(config, task)
+            keys = jax.random.split(jax.random.key(0), setup.seeds)
+            state = jax.jit(jax.vmap(init))(keys)
+            _, m = jax.jit(jax.vmap(lambda s: run(s, setup.lag_updates)))(state)
+            return {"returns": np.asarray(m.episode_return).tolist()}
+
+        kept = _kept(setup, "lag", measure, reused, a2c=dataclasses.asdict(config),
+                     seeds=setup.seeds, updates=setup.lag_updates)
+        out[lag] = np.array(kept["returns"], float)  # (seeds, updates), NaN where none ended
     return out
 
 
@@ -302,7 +335,7 @@ def adjustment(setup: Setup, *, report=None, reused: list | None = None
                         "trace": r.trace.tolist()}
 
             kept = _kept(setup, "adjusted", measure, reused, counts=counts, seed=seed,
-                         seconds=setup.adjust_seconds)
+                         seconds=setup.adjust_seconds, adjust=dataclasses.asdict(setup.adjust))
             r = Result(None, kept["seconds"], kept["env_steps"], kept["predictions"],
                        kept["trainings"], np.zeros((0, 3)), np.zeros(0, int), np.zeros(0, int),
                        np.zeros(0), np.array(kept["trace"], float).reshape(-1, TRACE_COLUMNS))
@@ -315,15 +348,15 @@ def adjustment(setup: Setup, *, report=None, reused: list | None = None
 def _kept(setup: Setup, kind: str, measure, reused: list | None, **spec: Any
           ) -> dict[str, Any]:
     """``measure()`` (a JSON-able dict), or with ``setup.checkpoint`` the one kept under a
-    name made of everything that defines the measurement (the host settings, the
-    adjustment's, ``spec``, and the source of ``lab.train.ga3c``: an edit re-measures);
-    a reused one is printed and appended to ``reused``, with when it was measured."""
+    name made of everything that defines the measurement: the host settings, ``spec``, and
+    the source of ``lab.train.ga3c`` and ``lab.train.a2c`` (an edit there re-measures). A
+    reused one is printed and appended to ``reused``, with when it was measured."""
     if not setup.checkpoint:
         return measure()
-    key = json.dumps([kind, dataclasses.asdict(setup.host), dataclasses.asdict(setup.adjust),
+    key = json.dumps([kind, dataclasses.asdict(setup.host),
                       {k: list(v) if isinstance(v, tuple) else v for k, v in spec.items()},
-                      hashlib.sha256(inspect.getsource(host).encode()).hexdigest()],
-                     sort_keys=True, default=str)
+                      [hashlib.sha256(inspect.getsource(m).encode()).hexdigest()
+                       for m in (ga3c_source, a2c_source)]], sort_keys=True, default=str)
     path = (checkpoints.default_dir() / "ga3c"
             / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json")
     if path.exists():
@@ -374,11 +407,12 @@ def fixed_protocol(setup: Setup, adjusted: list[list[Result]], *, report=None,
                    reused: list | None = None) -> dict[str, Any]:
     """Each of ``fixed_configs`` at every seed, and each adjusted run's final configuration
     at that run's seed, by ``fixed_rate``; ``report(counts, seed, rate)``. ``"reused"``
-    lists what ``reused`` holds (kept measurements reused, here and in ``adjustment``)."""
+    lists what ``reused`` holds (kept measurements reused here and by the studies before)."""
     reused = [] if reused is None else reused
     def measure(counts, seed):
         rate = _kept(setup, "fixed", lambda: {"rate": fixed_rate(setup, counts, seed)},
-                     reused, counts=counts, seed=seed)["rate"]
+                     reused, counts=counts, seed=seed,
+                     adjust=dataclasses.asdict(setup.adjust))["rate"]
         if report is not None:
             report(counts, seed, rate)
         return rate
@@ -415,7 +449,7 @@ def adjustment_verdict(setup: Setup, adjusted: list[list[Result]], fixed: dict[s
                                   for runs in adjusted],
         "adjusted_windows": [[len(r.trace) - 1 for r in runs] for runs in adjusted],
         "adjusted_traces": [[r.trace.tolist() for r in runs] for runs in adjusted],
-        "adjust_reused": fixed.get("reused", []),
+        "reused_measurements": fixed.get("reused", []),
         "claim4_adjustment_reaches_90pc": bool(pooled >= FRACTION_OF_BEST),
         "claim4_every_start": bool(every)}
 
