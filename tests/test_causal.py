@@ -9,6 +9,7 @@ from lab.causal import (
     SCM,
     Graph,
     Knowledge,
+    StandIn,
     ancestor_lambda,
     causal_scores,
     check_dag,
@@ -20,6 +21,7 @@ from lab.causal import (
     top_k,
     topological_order,
 )
+from lab.causal.score import Moments
 
 
 def chain() -> Graph:
@@ -78,6 +80,28 @@ def test_node_bic_is_the_gaussian_formula_and_the_floor_catches_an_exact_predict
     assert node_bic(constant, 1, []).floored and np.isfinite(node_bic(constant, 1, []).bic)
 
 
+def test_no_constant_or_shrunk_predictor_beats_the_true_values_on_the_fixed_graph():
+    """The review's case (a->y, b->y, y->c, a->c, 200 rows): with the floor relative to the
+    prediction's own variance a constant 0.7 scored -5,701.6 against 1,203.7 for the true y.
+    Shrinking toward the mean by alpha lowers the target's raw term by n log(1/alpha^2)."""
+    rng = np.random.default_rng(7)
+    graph = Graph.from_edges(("a", "b", "y", "c"), [("a", "y"), ("b", "y"), ("y", "c"),
+                                                    ("a", "c")])
+    x = SCM.random(rng, graph).sample(rng, 200)
+    y = x[:, 2]
+    shrunk = [y.mean() + alpha * (y - y.mean()) for alpha in (0.9, 0.5, 0.1, 1e-3)]
+    noisy = y + 0.3 * y.std() * rng.standard_normal(200)
+    candidates = np.stack([y, np.full(200, 0.7), *shrunk, noisy])
+    scores, floored = causal_scores(x, graph, "y", candidates)
+    true = scores[0]
+    assert scores[1] > true + 10  # the constant loses what y explained of c
+    np.testing.assert_allclose(scores[2:6], true, rtol=1e-9)  # shrunk: a tie at the floor
+    assert scores[6] > true and floored.tolist() == [False, True, True, True, True, True, False]
+    raw = [node_bic(np.column_stack([x[:, :2], p, x[:, 3:]]), 2, [0, 1], floor=0).bic
+           for p in (y, shrunk[1])]  # without the floor: exactly 2 n log 2 lower at 1/2
+    assert raw[0] - raw[1] == pytest.approx(2 * 200 * np.log(2))
+
+
 def test_terms_without_the_target_do_not_change_the_ranking():
     rng = np.random.default_rng(4)
     graph = chain()
@@ -85,7 +109,8 @@ def test_terms_without_the_target_do_not_change_the_ranking():
     y = graph.index("y")
     predictions = x[:, y] + rng.standard_normal((12, 300)) * np.linspace(0.1, 2, 12)[:, None]
     partial, _ = causal_scores(x, graph, "y", predictions)  # the target's and its children's
-    full = [graph_bic(np.column_stack([x[:, :y], p, x[:, y + 1:]]), graph)[0]
+    stand_in = StandIn(Moments.of(x), y)  # the same floor for the target as causal_scores
+    full = [graph_bic(np.column_stack([x[:, :y], p, x[:, y + 1:]]), graph, stand_in=stand_in)[0]
             for p in predictions]
     assert np.array_equal(np.argsort(partial), np.argsort(full))
     assert np.allclose(np.asarray(full) - partial, full[0] - partial[0])  # a constant offset

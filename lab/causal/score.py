@@ -8,13 +8,27 @@ log-likelihood is ``-n/2 (log(2 pi s2) + 1)`` and
 
     BIC_j = -2 log L_j + k_j log n,     k_j = |P| + 2 (the intercept and the variance).
 
-The graph's BIC is the sum over nodes (the score decomposes). A node that its parents (or a
-constant) predict exactly would have ``s2 = 0`` and a BIC of minus infinity: the variance is
-floored at ``floor * Var(x_j)`` (relative, so the units do not matter; with the floor the
-log-likelihood is ``-n/2 log(2 pi f) - RSS / (2 f)``), and ``NodeScore.floored`` flags it.
-This matters for model selection, where a candidate's predictions replace the target column:
-a constant predictor, or one that is an exactly linear function of the target's parents,
-would otherwise win outright.
+The graph's BIC is the sum over nodes (the score decomposes).
+
+**The variance floor.** A node that its parents (or a constant) predict exactly would have
+``s2 = 0`` and a BIC of minus infinity; and in model selection, where a candidate's
+predictions replace the target column, the target's term falls by ``n log(1/alpha^2)`` when the
+predictions are shrunk toward their mean by ``alpha`` (the residual variance shrinks with
+them), so a constant, or a heavily shrunk predictor, would win outright. The residual
+variance is therefore taken as ``max(s2, f)`` (``NodeScore.floored`` flags it): below the floor
+every fit scores the same, ``-2 log L = n (log(2 pi f) + 1)``. The floor ``f`` is
+
+- for an observed column: ``floor * Var(x_j)`` (relative, so the units do not matter), which
+  only stops an exact fit;
+- for a column of predictions standing in for the observed target (``StandIn``, as
+  ``lab.causal.select`` scores them): the *observed* target's residual variance on the same
+  parents (and at least ``floor * Var(y)``), a scale no prediction can shrink. No candidate
+  then scores better than the true values on the target's own term: a constant or a shrunk
+  predictor at best ties them there, and the children's terms (where a constant loses what
+  the target explained) decide.
+
+The floor for a stand-in is ours: the official code scores the predictions with Tetrad's SEM
+BIC, which has no floor.
 """
 
 import dataclasses
@@ -59,25 +73,41 @@ class Moments(NamedTuple):
         return max(float(self.cov[j, j] - (c.T @ coef)[0, 0]), 0.0)
 
 
+class StandIn(NamedTuple):
+    """Column ``target`` of the data scored holds predictions standing in for the observed
+    values, whose data's moments are ``observed``: the target's floor is the observed
+    target's residual variance on the same parents (see the module docstring)."""
+
+    observed: Moments
+    target: int
+
+    def minimum(self, parents: Sequence[int], floor: float) -> float:
+        t = self.target
+        return max(self.observed.residual_variance(t, parents),
+                   floor * max(float(self.observed.cov[t, t]), 1e-12))
+
+
 def node_bic(data: np.ndarray | Moments, j: int, parents: Sequence[int],
-             floor: float = FLOOR) -> NodeScore:
-    """The BIC of node ``j`` regressed on ``parents`` (see the module docstring)."""
+             floor: float = FLOOR, stand_in: StandIn | None = None) -> NodeScore:
+    """The BIC of node ``j`` regressed on ``parents``, its residual variance floored (see the
+    module docstring; ``stand_in`` when column ``stand_in.target`` holds predictions)."""
     moments = data if isinstance(data, Moments) else Moments.of(data)
     n = moments.n
     variance = moments.residual_variance(j, parents)
-    minimum = floor * max(float(moments.cov[j, j]), 1e-12)
-    floored = variance < minimum
-    if floored:
-        log_likelihood = -0.5 * n * np.log(2 * np.pi * minimum) - n * variance / (2 * minimum)
-        variance = minimum
+    if stand_in is not None and j == stand_in.target:
+        minimum = stand_in.minimum(parents, floor)
     else:
-        log_likelihood = -0.5 * n * (np.log(2 * np.pi * variance) + 1.0)
+        minimum = floor * max(float(moments.cov[j, j]), 1e-12)
+    floored = variance < minimum
+    variance = max(variance, minimum)
+    log_likelihood = -0.5 * n * (np.log(2 * np.pi * variance) + 1.0)
     k = len(parents) + 2
     return NodeScore(float(-2 * log_likelihood + k * np.log(n)), variance, bool(floored))
 
 
 def graph_bic(data: np.ndarray, graph: Graph, floor: float = FLOOR,
-              nodes: Sequence[int] | None = None) -> tuple[float, list[NodeScore]]:
+              nodes: Sequence[int] | None = None, stand_in: StandIn | None = None
+              ) -> tuple[float, list[NodeScore]]:
     """The BIC of ``graph`` given ``data`` ``(n, d)`` (columns in ``graph.names`` order):
     the total over ``nodes`` (all by default) and each node's score."""
     if data.shape[1] != len(graph.names):
@@ -85,7 +115,7 @@ def graph_bic(data: np.ndarray, graph: Graph, floor: float = FLOOR,
                          f"{len(graph.names)} variables")
     nodes = range(len(graph.names)) if nodes is None else nodes
     moments = Moments.of(data)
-    scores = [node_bic(moments, j, graph.parents(j), floor) for j in nodes]
+    scores = [node_bic(moments, j, graph.parents(j), floor, stand_in) for j in nodes]
     return float(sum(s.bic for s in scores)), scores
 
 
@@ -150,7 +180,8 @@ class SearchResult(NamedTuple):
 
 
 def search(data: np.ndarray, names: Sequence[str], knowledge: Knowledge = Knowledge(),
-           floor: float = FLOOR, max_parents: int | None = None) -> SearchResult:
+           floor: float = FLOOR, max_parents: int | None = None,
+           stand_in: StandIn | None = None) -> SearchResult:
     """Greedy hill climbing on the BIC over DAGs that hold ``knowledge``: start from the
     required edges; at each step apply the single edge addition, deletion or reversal that
     lowers the BIC most (never deleting or reversing a required edge, never adding a
@@ -167,7 +198,7 @@ def search(data: np.ndarray, names: Sequence[str], knowledge: Knowledge = Knowle
     def score(j: int, parents) -> float:
         key = (j, tuple(sorted(int(p) for p in parents)))
         if key not in cache:
-            cache[key] = node_bic(moments, j, key[1], floor).bic
+            cache[key] = node_bic(moments, j, key[1], floor, stand_in).bic
         return cache[key]
 
     current = [score(j, np.flatnonzero(edges[:, j])) for j in range(d)]

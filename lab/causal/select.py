@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lab.causal.scm import Graph, check_dag
-from lab.causal.score import FLOOR, Knowledge, graph_bic, search, target_terms
+from lab.causal.score import FLOOR, Knowledge, Moments, StandIn, graph_bic, search, target_terms
 
 
 def with_target(data: np.ndarray, target: int, predictions: np.ndarray) -> np.ndarray:
@@ -49,25 +49,28 @@ def causal_scores(data: np.ndarray, graph: Graph, target: str, predictions: np.n
                   floor: float = FLOOR) -> tuple[np.ndarray, np.ndarray]:
     """``(scores (m,), floored (m,))`` for ``predictions`` ``(m, n)`` of ``m`` candidates on
     the ``n`` rows of ``data``; ``floored`` flags a candidate whose target (or a child's)
-    residual variance hit the floor."""
+    residual variance hit the floor. The target's floor is the observed target's residual
+    variance on the same parents (``lab.causal.score.StandIn``): no candidate scores better
+    than the true values on the target's own term."""
     check_dag(graph)
     j = graph.index(target)
+    stand_in = StandIn(Moments.of(data), j)
     if mode not in ("fixed", "search"):
         raise ValueError(f"unknown causal score mode {mode!r}; use fixed or search")
     scores, floored = [], []
     for yhat in np.atleast_2d(predictions):
         trial = with_target(data, j, yhat)
         if mode == "fixed":
-            total, nodes = graph_bic(trial, graph, floor, target_terms(graph, j))
+            total, nodes = graph_bic(trial, graph, floor, target_terms(graph, j), stand_in)
             scores.append(total)
             floored.append(any(s.floored for s in nodes))
         else:
             base = knowledge or Knowledge()
             known = Knowledge(tuple(base.required) + tuple(graph.edge_list()), base.forbidden,
                               base.tiers)
-            result = search(trial, graph.names, known, floor)
+            result = search(trial, graph.names, known, floor, stand_in=stand_in)
             scores.append(result.bic)
-            _, nodes = graph_bic(trial, result.graph, floor)
+            _, nodes = graph_bic(trial, result.graph, floor, stand_in=stand_in)
             floored.append(any(s.floored for s in nodes))
     return np.asarray(scores), np.asarray(floored)
 
