@@ -20,7 +20,9 @@ every update is measured: the version trained minus the version acted with.
 
 Deviations from NVlabs/GA3C: a trainer trains on exactly ``training_batch`` steps (the
 remainder waits for its next update) so one update is compiled once; predictions are padded
-to a power of two (a few compiled sizes, all compiled before the threads start).
+to a power of two (a few compiled sizes, all compiled before the threads start); agents are
+threads of one process (NVlabs/GA3C runs each agent as a process, its predictors and trainers
+as threads), so they share one interpreter lock, which bounds how much adding agents helps.
 
 **A3C** (``run_a3c``): the design GA3C replaced. Each agent runs its own forward pass for
 every step (batch 1) and its own update on its own ``t_max`` steps; the shared parameters are
