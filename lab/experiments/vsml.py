@@ -884,8 +884,9 @@ def _describe_sweep(m: dict[str, Any], setup: Setup) -> str:
               f"(held out) | {' | '.join(unseen)} | (b) worse on unseen | (c) worse than "
               f"VS-ML |\n|---|---|---|---|{'---|' * len(unseen)}---|---|")
     return f"""
-**The Meta-RNN at every swept step size** (meta-trained on {seen}, {setup.seeds} seeds; the
-step size kept above is the one with the lowest validation loss, the mean online
+**The Meta-RNN at every swept step size** (meta-trained on {seen},
+{plural(setup.seeds, 'seed')}; the step size kept above is the one with the lowest
+validation loss, the mean online
 cross-entropy on {setup.test_episodes} episodes of {setup.steps} validation images, mean
 over the seeds, a rule fixed before the run; the final meta-training loss is the mean over
 the last {FINAL_WINDOW} iterations; accuracies are means over the seeds):
