@@ -8,7 +8,7 @@ SMOKE = {
     "01_proxprop": {"epochs": 2, "seeds": 1, "hidden": [32, 16, 32], "lr_grid": [0.1]},
     "02_vsml": {"iterations": 3, "seeds": 1, "steps": 8, "test_steps": 10, "test_episodes": 2,
                 "tasks": ["iris"], "image_tasks": [], "meta_rnn_tasks_per_batch": 2,
-                "backprop_iterations": 3},
+                "meta_rnn_lrs": [1e-2, 3e-2], "backprop_iterations": 3},
     "03_sac_ae": {"image_size": 16, "action_repeat": 50, "steps": 40, "init_steps": 20,
                   "eval_every": 20, "eval_episodes": 1, "seeds": 1, "batch_size": 4,
                   "hidden_dim": 16, "num_filters": 4},

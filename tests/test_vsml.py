@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lab.data import TaskSource, load
+from lab.data import FixedTaskSource, TaskSource, load
 from lab.models import VSMLCell, VSMLNetwork, online_loss
 from lab.models.vsml import init_layer_state
 from lab.train.vsml import METHODS, MetaConfig, es_gradient, make_meta_train
@@ -140,6 +140,28 @@ def test_task_source_relabels_a_class_subset_and_checks_sizes():
         TaskSource(x, y, inputs=2, classes=3, steps=0)
     with pytest.raises(ValueError, match="a task needs 2 to 5 classes"):
         TaskSource(x, y, inputs=2, classes=6, steps=3)
+
+
+def test_fixed_task_source_keeps_every_pixel_and_label():
+    """The authors' default task: the examples themselves, standardised with one mean and
+    std, their own labels; distinct examples within an episode."""
+    x = np.arange(24, dtype=np.float32).reshape(6, 2, 2)  # 6 images of 2x2 "pixels"
+    y = np.array([3, 0, 1, 2, 3, 1])
+    source = FixedTaskSource(x, y, steps=6, mean=2.0, std=4.0)
+    assert (source.inputs, source.classes, source.steps) == (4, 4, 6)
+    xs, ys = source.sample(jax.random.key(0))
+    rows = (np.asarray(xs) * 4.0 + 2.0).round().astype(int)  # back to the raw pixels
+    index = rows[:, 0] // 4  # image i holds 4i .. 4i + 3
+    np.testing.assert_array_equal(rows, np.arange(24).reshape(6, 4)[index])
+    np.testing.assert_array_equal(ys, y[index])  # each image keeps its own label
+    assert sorted(index) == list(range(6))  # without replacement: every image once
+    other = np.asarray(source.sample(jax.random.key(1))[0])
+    assert not np.array_equal(other, np.asarray(xs))  # another order, the same images
+    assert FixedTaskSource(x, y, steps=2, mean=0.0, std=1.0, classes=10).classes == 10
+    with pytest.raises(ValueError, match="episode length must be 1 to 6"):
+        FixedTaskSource(x, y, steps=7, mean=0.0, std=1.0)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
+        FixedTaskSource(x, y, steps=2, mean=0.0, std=1.0, classes=3)
 
 
 def test_layer_norm_normalises_only_messages_between_layers():

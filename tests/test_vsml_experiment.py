@@ -9,18 +9,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lab.data import FixedTaskSource, is_cached, load
 from lab.data import datasets as ds
 from lab.data.download import Remote
 from lab.experiments import vsml as experiment
 from lab.experiments.vsml import (
     BASELINES,
     accuracy_by_seen,
+    choose_step_size,
     configure,
     describe,
     gradient_alignment,
     meta_source,
     pooled,
     seen_before,
+    sweep_verdict,
     transfer_verdict,
     unseen_source,
     verdict,
@@ -193,7 +196,8 @@ def test_configure_puts_the_preset_over_the_parameters():
     assert setup.tasks == ("mnist_5k", "fashion_mnist") and setup.test_episodes == 64
     assert setup.seeds == DEFAULTS["seeds"]  # what the preset does not name stays
     assert configure(**with_preset(DEFAULTS | {"preset": "mnist"}, experiment.PRESETS)) == setup
-    with pytest.raises(ValueError, match=r"^unknown preset 'cifar'; choose one of default, mnist$"):
+    with pytest.raises(ValueError, match=r"^unknown preset 'cifar'; choose one of default, mnist, "
+                                         r"mnist_fixed$"):
         configure(**DEFAULTS | {"preset": "cifar"})
     with pytest.raises(ValueError, match="unknown meta-training dataset 'mnist'; choose one of "
                                          "digits, mnist_5k"):
@@ -282,3 +286,96 @@ def test_verdict_leaves_the_meta_training_dataset_out_of_the_unseen_claims():
             "held-out mnist_5k (negative: higher on fashion_mnist): VS-ML +0.100, Meta-RNN "
             "+0.550, best tuned SGD/Adam +0.120.") in text
     assert "(c) It does worse than VS-ML there: holds." in text
+
+
+def test_mnist_fixed_meta_trains_on_mnists_own_pixels_and_labels():
+    setup = configure(**DEFAULTS | {"preset": "mnist_fixed"})
+    assert setup.fixed_tasks and (setup.inputs, setup.classes) == (49, 10)
+    assert setup.meta_rnn_sweep == (3e-3, 1e-2, 3e-2)
+    train, validation = meta_source(setup, setup.steps), experiment.validation_source(setup)
+    x, y = load("mnist_5k", "train")
+    held = experiment.validation_mask(y)  # the last 40 of each digit's 400
+    assert held.sum() == 400 and np.all(np.bincount(y[held]) == 40)
+    mean, std = experiment.fixed_statistics(setup)
+    assert isinstance(train, FixedTaskSource) and train.x.shape == (3600, 49)
+    np.testing.assert_allclose(train.x, ((pooled(x[~held]) - mean) / std).reshape(3600, 49),
+                               atol=1e-5)
+    np.testing.assert_array_equal(train.y, y[~held])  # the digit is the label, in every episode
+    np.testing.assert_array_equal(validation.y, y[held])
+    assert validation.steps == setup.steps and validation.x.shape == (400, 49)
+    xs, ys = train.sample(jax.random.key(0))
+    assert xs.shape == (setup.steps, 49) and set(np.asarray(ys)) == set(range(10))
+    held_out = unseen_source(setup, "mnist_5k")
+    assert held_out.x.shape == (1000, 49) and held_out.steps == setup.test_steps
+    # at 784 pixels the statistics are close to the authors' MNIST constants (0.1307, 0.3081)
+    full = configure(**DEFAULTS | experiment.PRESETS["mnist_fixed"] | {"inputs": 784})
+    np.testing.assert_allclose(experiment.fixed_statistics(full), (0.1307, 0.3081), atol=3e-3)
+    if is_cached("fashion_mnist"):  # the unseen dataset: its test split, same pixels and scale
+        fashion = unseen_source(setup, "fashion_mnist")
+        assert fashion.x.shape == (10000, 49) and fashion.classes == 10
+        xf, _ = load("fashion_mnist", "test")
+        np.testing.assert_allclose(fashion.x[0], (pooled(xf[:1])[0].ravel() - mean) / std,
+                                   atol=1e-5)
+
+
+def test_fixed_tasks_are_refused_where_pixels_or_labels_differ():
+    fixed = DEFAULTS | experiment.PRESETS["mnist_fixed"]  # its values, each changed below
+    with pytest.raises(ValueError, match="fixed_tasks needs datasets with the same pixels and ten "
+                                         "labels .*; not iris"):
+        configure(**fixed | {"tasks": ["mnist_5k", "iris"]})
+    with pytest.raises(ValueError, match="not digits"):
+        configure(**fixed | {"meta_dataset": "digits"})
+    with pytest.raises(ValueError, match="one of 784, 196, 49, 16, got 50"):
+        configure(**fixed | {"inputs": 50})
+    with pytest.raises(ValueError, match="classes must be 10, got 3"):
+        configure(**fixed | {"classes": 3})
+    with pytest.raises(ValueError, match="got 100 and 1001"):
+        configure(**fixed | {"test_steps": 1001})
+    with pytest.raises(ValueError, match="meta_rnn_lrs must be distinct positive"):
+        configure(**fixed | {"meta_rnn_lrs": [1e-2, 1e-2]})
+    projected = configure(**DEFAULTS | {"preset": "mnist"})
+    fixed_setup = configure(**fixed)
+    assert "fixed_tasks" not in projected.meta_training()  # older checkpoints keep their names
+    assert fixed_setup.meta_training()["fixed_tasks"]
+
+
+def test_choose_step_size_takes_the_lowest_validation_loss():
+    validation = {3e-3: [1.2, 1.0],  # mean 1.1
+                  1e-2: [0.9, 1.2],  # 1.05
+                  3e-2: [0.2, np.nan]}  # one seed diverged: infinite
+    assert choose_step_size(validation) == 1e-2
+    assert choose_step_size({3e-3: [1.0], 1e-2: [1.0]}) == 3e-3  # a tie: the first listed
+    assert choose_step_size({1e-2: [np.nan]}) == 1e-2  # nothing swept: the one given
+    with pytest.raises(ValueError, match="no step sizes"):
+        choose_step_size({})
+    # the final meta-training loss, reported beside it: the last 50 iterations, then the seeds
+    runs = [np.concatenate([np.full(50, 0.1), np.full(50, 1.0)]), np.full(100, 1.2)]
+    np.testing.assert_allclose(experiment.final_loss(runs), 1.1)
+    assert experiment.final_loss([np.full(60, np.nan)]) == float("inf")
+
+
+def test_sweep_verdict_judges_the_claims_at_every_step_size():
+    curves = _transfer_curves([0.7, 0.7], [0.3, 0.3])
+    chances = {"mnist_5k": 0.1, "fashion_mnist": 0.1}
+    sweep = {1e-2: {t: curves[t]["meta_rnn"] for t in curves},  # 0.85 held out, 0.3 unseen
+             3e-2: {"mnist_5k": np.full((2, 4), 0.5), "fashion_mnist": np.full((2, 4), 0.75)}}
+    losses = {1e-2: [np.full(60, 0.1)], 3e-2: [np.full(60, 0.4)]}
+    validation = {1e-2: [0.9, 0.9], 3e-2: [0.5, 0.6]}
+    v = sweep_verdict(sweep, curves, chances, "mnist_5k", losses, validation)
+    assert v["meta_rnn_lr_chosen"] == 3e-2  # by validation, not by the lower meta-training loss
+    small, large = v["meta_rnn_sweep"]["0.01"], v["meta_rnn_sweep"]["0.03"]
+    assert small["claim_meta_rnn_worse_on_unseen"]
+    assert small["claim_meta_rnn_worse_than_vsml_on_unseen"]
+    assert not large["claim_meta_rnn_worse_on_unseen"]  # 0.75 on unseen against 0.5 held out
+    assert not large["claim_meta_rnn_worse_than_vsml_on_unseen"]  # 0.75 against VS-ML's 0.7
+    assert large["fashion_mnist_accuracy_per_seed"] == [0.75, 0.75]
+    np.testing.assert_allclose([large["meta_loss_end"], large["validation_loss"]], [0.4, 0.55])
+    assert sweep_verdict({1e-2: sweep[1e-2]}, curves, chances, "mnist_5k", losses,
+                         validation) == {}
+    setup = configure(**DEFAULTS | {"preset": "mnist_fixed", "seeds": 2})
+    m = verdict(curves, chances, seen=("mnist_5k",)) | transfer_verdict(curves, chances,
+                                                                         "mnist_5k")
+    text = " ".join(describe(m | v, setup).split())
+    assert ("| 0.03 (chosen) | 0.400 | 0.550 | 0.500 | 0.750 | does not hold | does not hold |"
+            in text)
+    assert "| 0.01 | 0.100 | 0.900 | 0.850 | 0.300 | holds | holds |" in text

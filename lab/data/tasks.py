@@ -4,6 +4,10 @@ A task draws a random linear projection of the inputs to a fixed size, a random 
 the classes and a random permutation of their labels, then a stream of examples from
 those classes (Kirsch & Schmidhuber 2021, Section 4). Meta-training on one dataset and
 meta-testing on others needs only the same projected input size.
+
+:class:`FixedTaskSource` is the other kind, the one the authors' code meta-trains on by
+default (``configs/default.yaml``: MNIST, ``rand_proj: False``): the dataset itself is the
+task, its own features and its own labels, every episode a fresh draw of examples.
 """
 
 import equinox as eqx
@@ -49,3 +53,37 @@ class TaskSource(eqx.Module):
         index = jax.random.choice(k_examples, self.y.shape[0], (self.steps,),
                                   p=weights / weights.sum())
         return self.x[index] @ projection, labels[index]
+
+
+class FixedTaskSource(eqx.Module):
+    """A dataset as one fixed task: ``source.sample(key) -> (xs, ys)``, ``steps`` examples
+    drawn without replacement from the whole dataset, with its own features (no
+    projection) and its own labels (no subset, no relabelling), as Kirsch & Schmidhuber's
+    ``data.py`` builds MNIST episodes by default. The features are standardised with one
+    ``mean`` and ``std`` for all of them (their ``dataset_standard``: MNIST's pixel mean
+    and standard deviation, which their config also gives Fashion-MNIST), so a learner
+    sees every dataset on one scale."""
+
+    x: jax.Array  # (n, features), (x - mean) / std
+    y: jax.Array  # (n,) labels in [0, classes)
+    inputs: int = eqx.field(static=True)
+    classes: int = eqx.field(static=True)
+    steps: int = eqx.field(static=True)
+
+    def __init__(self, x, y, *, steps: int, mean: float, std: float, classes: int | None = None):
+        x, y = np.asarray(x, np.float32).reshape(len(x), -1), np.asarray(y, np.int32)
+        classes = int(y.max()) + 1 if classes is None else classes
+        if not 1 <= steps <= len(x):
+            raise ValueError(f"episode length must be 1 to {len(x)} (the examples, drawn "
+                             f"without replacement), got {steps}")
+        if y.min() < 0 or y.max() >= classes:
+            raise ValueError(f"labels must lie in [0, {classes}), got {y.min()}..{y.max()}")
+        if not std > 0:
+            raise ValueError(f"std must be positive, got {std}")
+        self.x, self.y = jnp.asarray((x - mean) / std), jnp.asarray(y)
+        self.inputs, self.classes, self.steps = x.shape[1], classes, steps
+
+    def sample(self, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """A stream ``(xs (steps, inputs), ys (steps,))`` of distinct examples."""
+        index = jax.random.choice(key, self.y.shape[0], (self.steps,), replace=False)
+        return self.x[index], self.y[index]
