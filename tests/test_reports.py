@@ -218,7 +218,12 @@ def test_experiments_declare_too_small_below_their_budgets():
     assert pi.summary(mpo | {"mpo_env_steps": 20_000})["claims"][0]["verdict"] == FAILS
     never = mpo | {"variants": ["mpo", "mpo_x4"], "claim3_more_updates_sooner": False,
                    "claim3_variant": "mpo_x4", "mpo_x4_steps_to_threshold": None,
-                   "mpo_x4_final_return": -400.0, "mpo_x4_env_steps": 3_000}
+                   "mpo_x4_final_return": -400.0, "mpo_x4_env_steps": 3_000,
+                   "mpo_seed_steps_to_threshold": [None], "mpo_x4_seed_steps_to_threshold": [None],
+                   "mpo_seed_mean_return_over_steps": [-1200.0],
+                   "mpo_x4_seed_mean_return_over_steps": [-700.0], "claim3_verdict": FAILS,
+                   "claim3_steps_saved_mean": 0.0, "claim3_steps_t": 0.0, "claim3_steps_p": 0.5,
+                   "claim3_area_gain_mean": 500.0, "claim3_area_t": 1.0, "claim3_area_p": 0.2}
     assert [c["verdict"] for c in pi.summary(never)["claims"]] == [TOO_SMALL, TOO_SMALL]
 
     from types import SimpleNamespace
