@@ -219,3 +219,23 @@ def test_early_stopping_keeps_the_best_weights_and_stops_after_the_patience():
         assert len(losses) - 1 - best[-1] == schedule.patience  # patience spent, then stop
         final = float(np.mean((np.asarray(train.predict(trained, x_stop))[i] - y_stop) ** 2))
         assert final == pytest.approx(losses[best[-1]], rel=1e-5)  # the best weights kept
+
+
+def test_keras_candidates_are_relu_with_glorot_weights_and_zero_biases():
+    import equinox as eqx
+
+    from lab.train import causal_selection as train
+
+    models = train.candidates(jax.random.key(0), 2, inputs=3, hidden=[64, 32], network="keras")
+    linear = [layer for layer in models.layers if isinstance(layer, eqx.nn.Linear)]
+    assert [layer.weight.shape[1:] for layer in linear] == [(64, 3), (32, 64), (1, 32)]
+    for layer in linear:
+        limit = np.sqrt(6.0 / sum(layer.weight.shape[1:]))  # Keras' glorot_uniform
+        w = np.asarray(layer.weight)
+        assert np.abs(w).max() <= limit and np.abs(w).max() > 0.8 * limit
+        assert not np.asarray(layer.bias).any()
+    one = jax.tree.map(lambda a: a[0] if eqx.is_array(a) else a, models)
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    w1, w2, w3 = (np.asarray(layer.weight[0]) for layer in linear)
+    relu = lambda v: np.maximum(v, 0.0)  # noqa: E731
+    np.testing.assert_allclose(one(x), w3 @ relu(w2 @ relu(w1 @ x)), rtol=1e-5, atol=1e-6)
