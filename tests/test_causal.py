@@ -102,6 +102,25 @@ def test_no_constant_or_shrunk_predictor_beats_the_true_values_on_the_fixed_grap
     assert raw[0] - raw[1] == pytest.approx(2 * 200 * np.log(2))
 
 
+def test_searched_causal_score_uses_ges_and_keeps_the_floor_for_shrunk_predictions():
+    """The search mode's score (GES with the known edges required, as the official code runs
+    FGES) is, for the true values, the BIC of a graph at least as good as the known one; a
+    predictor shrunk toward the mean does not beat the true values there either."""
+    rng = np.random.default_rng(7)
+    graph = Graph.from_edges(("a", "b", "y", "c"), [("a", "y"), ("b", "y"), ("y", "c"),
+                                                    ("a", "c")])
+    x = SCM.random(rng, graph).sample(rng, 500)
+    y = x[:, 2]
+    candidates = np.stack([y, y.mean() + 0.5 * (y - y.mean())])
+    scores, _ = causal_scores(x, graph, "y", candidates, "search")
+    greedy, _ = causal_scores(x, graph, "y", candidates, "search", search_with="greedy")
+    assert scores[0] <= graph_bic(x, graph)[0] + 1e-6
+    assert scores[1] >= scores[0] - 1e-6 and greedy[1] >= greedy[0] - 1e-6
+    assert scores[0] == pytest.approx(greedy[0])  # both keep the true graph here
+    with pytest.raises(ValueError, match="unknown search 'fges'; use ges or greedy"):
+        causal_scores(x, graph, "y", candidates, "search", search_with="fges")
+
+
 def test_terms_without_the_target_do_not_change_the_ranking():
     rng = np.random.default_rng(4)
     graph = chain()

@@ -57,7 +57,7 @@ import numpy as np
 
 from lab.causal.pdag import adjacent, cpdag, directed, extension, meek, undirected
 from lab.causal.scm import Graph, check_dag
-from lab.causal.score import FLOOR, TOLERANCE, Knowledge, Moments, node_bic
+from lab.causal.score import FLOOR, TOLERANCE, Knowledge, Moments, StandIn, node_bic
 
 Score = Callable[[int, frozenset], float]
 
@@ -197,11 +197,14 @@ def _phase(g: np.ndarray, moves: Callable[[np.ndarray], list[Move]], bic: Callab
 
 
 def ges(data: np.ndarray, names: Sequence[str], knowledge: Knowledge = Knowledge(),
-        floor: float = FLOOR, max_parents: int | None = None) -> GESResult:
+        floor: float = FLOOR, max_parents: int | None = None,
+        stand_in: StandIn | None = None) -> GESResult:
     """GES over equivalence classes on the BIC of ``data`` ``(n, d)`` (columns in ``names``
     order) under ``knowledge`` (see the module docstring). ``max_parents`` bounds the parent
     sets that an Insert scores (as causal-learn's ``maxP``); it does not bound the parents of
-    every DAG of the class."""
+    every DAG of the class. ``stand_in``: column ``stand_in.target`` holds predictions (its
+    floor is the observed target's residual variance, ``lab.causal.score``); where that floor
+    binds, the score is no longer score-equivalent, and the class's BIC is its returned DAG's."""
     required, allowed = knowledge.matrices(names)
     d = len(names)
     if data.shape[1] != d:
@@ -211,7 +214,7 @@ def ges(data: np.ndarray, names: Sequence[str], knowledge: Knowledge = Knowledge
 
     def score(j: int, parents: frozenset) -> float:
         if (j, parents) not in cache:
-            cache[j, parents] = node_bic(moments, j, sorted(parents), floor).bic
+            cache[j, parents] = node_bic(moments, j, sorted(parents), floor, stand_in).bic
         return cache[j, parents]
 
     def bic(g: np.ndarray) -> float:
