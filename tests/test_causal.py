@@ -117,6 +117,9 @@ def test_searched_causal_score_uses_ges_and_keeps_the_floor_for_shrunk_predictio
     assert scores[0] <= graph_bic(x, graph)[0] + 1e-6
     assert scores[1] >= scores[0] - 1e-6 and greedy[1] >= greedy[0] - 1e-6
     assert scores[0] == pytest.approx(greedy[0])  # both keep the true graph here
+    fixed, _ = causal_scores(x, graph, "y", candidates, "fixed")
+    raw, _ = causal_scores(x, graph, "y", candidates, "fixed", observed_floor=False)
+    assert fixed[1] >= fixed[0] - 1e-6 and raw[1] < raw[0] - 100  # unfloored: shrinking wins
     with pytest.raises(ValueError, match="unknown search 'fges'; use ges or greedy"):
         causal_scores(x, graph, "y", candidates, "search", search_with="fges")
 

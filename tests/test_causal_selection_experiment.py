@@ -142,7 +142,9 @@ def test_the_paper_preset_is_the_official_synthetic_study():
     assert (setup.test_rows, setup.shift_mean, setup.shift_scale) == (2000, 1.0, 2.0)
     assert setup.shifts == ("all", "one") and setup.k == 10 and setup.lam == "ancestors"
     assert not setup.standardise and setup.diabetes_repeats == 0
-    assert "search" in setup.modes and "flipped_search" in experiment.rule_names(setup)
+    assert "search" in setup.modes and setup.unfloored  # the official score: no floor
+    assert {"flipped_search", "unfloored_search", "flipped_unfloored_search"} <= set(
+        experiment.rule_names(setup))
 
 
 def test_official_dag_adds_acyclic_pairs_and_counts_repeats():

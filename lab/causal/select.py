@@ -48,16 +48,18 @@ def with_target(data: np.ndarray, target: int, predictions: np.ndarray) -> np.nd
 
 def causal_scores(data: np.ndarray, graph: Graph, target: str, predictions: np.ndarray,
                   mode: str = "fixed", knowledge: Knowledge | None = None,
-                  floor: float = FLOOR, search_with: str = "ges"
+                  floor: float = FLOOR, search_with: str = "ges", observed_floor: bool = True
                   ) -> tuple[np.ndarray, np.ndarray]:
     """``(scores (m,), floored (m,))`` for ``predictions`` ``(m, n)`` of ``m`` candidates on
     the ``n`` rows of ``data``; ``floored`` flags a candidate whose target (or a child's)
     residual variance hit the floor. The target's floor is the observed target's residual
     variance on the same parents (``lab.causal.score.StandIn``): no candidate scores better
-    than the true values on the target's own term. ``search_with``: ``ges`` or ``greedy``."""
+    than the true values on the target's own term; ``observed_floor=False`` leaves the
+    target the ordinary relative floor, which a prediction can shrink (the official code's
+    Tetrad score has no floor at all). ``search_with``: ``ges`` or ``greedy``."""
     check_dag(graph)
     j = graph.index(target)
-    stand_in = StandIn(Moments.of(data), j)
+    stand_in = StandIn(Moments.of(data), j) if observed_floor else None
     if mode not in ("fixed", "search"):
         raise ValueError(f"unknown causal score mode {mode!r}; use fixed or search")
     if search_with not in ("ges", "greedy"):

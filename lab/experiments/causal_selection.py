@@ -92,13 +92,15 @@ PRESETS: dict[str, dict[str, Any]] = {
               "patience": 2, "train_rows": 6000, "stopping_rows": 2000,
               "selection_rows": 2000, "test_rows": 2000, "shift_mean": 1.0,
               "shift_scale": 2.0, "top_fraction": 0.1, "lam": "ancestors",
-              "modes": ["fixed", "search"], "standardise": False, "diabetes_repeats": 0},
+              "modes": ["fixed", "search"], "standardise": False, "unfloored": True,
+              "diabetes_repeats": 0},
 }
 PARAMETERS = ("preset", "nodes", "mechanisms", "weights", "dag", "shifts", "repeats",
               "candidates", "hidden", "network", "steps", "batch", "lr", "optimizer",
               "stop_every", "patience", "train_rows", "stopping_rows", "selection_rows",
               "test_rows", "standardise", "edge_probability", "shift_mean", "shift_scale",
-              "top_fraction", "lam", "modes", "diabetes_repeats", "diabetes_hold_out", "seed")
+              "top_fraction", "lam", "modes", "unfloored", "diabetes_repeats",
+              "diabetes_hold_out", "seed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +133,7 @@ class Setup:
     top_fraction: float  # of the candidates each rule selects
     lam: float | str  # lambda: a number >= 0, or "ancestors" (ancestor_lambda)
     modes: tuple[str, ...]  # of MODES
+    unfloored: bool  # also the true graph's score without the stand-in's floor (as Tetrad's)
     diabetes_repeats: int  # 0: no real-data trials
     diabetes_hold_out: float  # fraction of rows held out as the shifted domain
     seed: int
@@ -213,6 +216,7 @@ def configure(**params: Any) -> Setup:
                  edge_probability=float(p["edge_probability"]),
                  shift_mean=float(p["shift_mean"]), shift_scale=float(p["shift_scale"]),
                  top_fraction=float(p["top_fraction"]), lam=lam, modes=tuple(p["modes"]),
+                 unfloored=bool(p["unfloored"]),
                  diabetes_repeats=int(p["diabetes_repeats"]),
                  diabetes_hold_out=float(p["diabetes_hold_out"]), seed=int(p["seed"]))
 
@@ -220,12 +224,17 @@ def configure(**params: Any) -> Setup:
 # the rules ------------------------------------------------------------------------------------
 
 def rule_names(setup: Setup) -> list[str]:
-    """``validation``, ``causal_<mode>`` (true graph), ``impostor_<mode>``, ``flipped_search``
-    (the true graph's search score with the official code's sign, if searched), ``oracle``."""
+    """``validation``, ``causal_<mode>`` (true graph), ``impostor_<mode>``, ``unfloored_<mode>``
+    (the true graph without the stand-in's floor, if ``unfloored``), ``flipped_search`` (the
+    true graph's search score with the official code's sign, if searched; and
+    ``flipped_unfloored_search``, the official code's score and sign), ``oracle``."""
+    graphs = ("causal", "impostor", "unfloored") if setup.unfloored else ("causal", "impostor")
     names = ["validation"]
-    names += [f"{g}_{mode}" for mode in setup.modes for g in ("causal", "impostor")]
+    names += [f"{g}_{mode}" for mode in setup.modes for g in graphs]
     if "search" in setup.modes:
         names.append("flipped_search")
+        if setup.unfloored:
+            names.append("flipped_unfloored_search")
     return names + ["oracle"]
 
 
@@ -274,21 +283,28 @@ def evaluate(setup: Setup, seed: int, names: tuple[str, ...], target: str,
     trained = time.perf_counter() - started
 
     causal, floored, seconds = {}, {}, {}
+    graphs = [("causal", graph), ("impostor", impostor)]
+    graphs += [("unfloored", graph)] if setup.unfloored else []
     for mode in setup.modes:
-        for name, g in (("causal", graph), ("impostor", impostor)):
+        for name, g in graphs:
             started = time.perf_counter()
             # the impostor is a different belief: its edges, without the true tiers
             causal[f"{name}_{mode}"], floored[f"{name}_{mode}"] = causal_scores(
                 selection, g, target, on_selection, mode,
-                knowledge if name == "causal" else None)
+                None if name == "impostor" else knowledge,
+                observed_floor=name != "unfloored")
             seconds[f"{name}_{mode}"] = time.perf_counter() - started
     lam = {"causal": lambda_for(setup, graph, target),
            "impostor": lambda_for(setup, impostor, target)}
+    lam["unfloored"] = lam["causal"]
     scores = {"validation": validation}
     for key, value in causal.items():
         scores[key] = combined(validation, value, lam[key.split("_")[0]])
     if "search" in setup.modes:
         scores["flipped_search"] = combined(validation, -causal["causal_search"], lam["causal"])
+        if setup.unfloored:
+            scores["flipped_unfloored_search"] = combined(
+                validation, -causal["unfloored_search"], lam["causal"])
 
     results = {}
     by_validation = spread[top_k(validation, setup.k)].mean()
