@@ -46,9 +46,10 @@ def test_the_notebook_defaults_configure_and_select_the_top_tenth():
     setup = experiment.configure(**NOTEBOOK)
     assert setup.k == 10 and setup.lam == "ancestors" and setup.hidden == (32, 32)
     assert setup.weights == "unit"  # the linear cells are the paper's SCMs
-    assert experiment.rule_names(setup) == ["validation", "causal_fixed", "impostor_fixed",
-                                            "causal_search", "impostor_search",
-                                            "flipped_search", "oracle"]
+    assert experiment.rule_names(setup) == [
+        "validation", "causal_fixed", "impostor_fixed", "unfloored_fixed", "causal_search",
+        "impostor_search", "unfloored_search", "flipped_search", "flipped_unfloored_search",
+        "oracle"]
 
 
 def test_a_trial_scores_every_rule_and_the_oracle_is_the_floor():
@@ -180,7 +181,8 @@ def _fake_trial(rule_error: float, spread: list[float], causal: np.ndarray) -> d
 
 
 def test_shrinkage_compares_the_chosen_spread_with_validation_on_a_hand_case():
-    setup = experiment.configure(**(TINY | {"modes": ["fixed"], "shifts": ["all"]}))
+    setup = experiment.configure(**(TINY | {"modes": ["fixed"], "shifts": ["all"],
+                                            "unfloored": False}))
     # the causal score falls with the spread: it picks the two narrowest candidates, 2 and 3
     shrunk = _fake_trial(0.4, [1.0, 0.8, 0.5, 0.25], np.array([4.0, 3.0, 2.0, 1.0]))
     s = experiment.shrinkage(setup, {"4_linear": [shrunk] * 6})
@@ -200,6 +202,7 @@ def test_shrinkage_compares_the_chosen_spread_with_validation_on_a_hand_case():
 
 def test_the_headline_is_judged_on_the_linear_cells_and_nonlinear_is_its_own_claim():
     setup = experiment.configure(**(TINY | {"modes": ["fixed"], "shifts": ["all"],
+                                            "unfloored": False,
                                             "mechanisms": ["linear", "nonlinear"]}))
     better = _fake_trial(0.2, [1.0, 1.0, 1.0, 1.0], np.array([4.0, 3.0, 2.0, 1.0]))
     worse = _fake_trial(0.9, [1.0, 1.0, 1.0, 1.0], np.array([4.0, 3.0, 2.0, 1.0]))

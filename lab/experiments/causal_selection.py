@@ -593,15 +593,17 @@ def shrinkage(setup: Setup, trials: dict[str, list[dict[str, Any]]],
     return out
 
 
-def driven_by_spread(s: dict[str, Any], mode: str) -> bool | None:
+def driven_by_spread(s: dict[str, Any], mode: str, graph: str = "causal") -> bool | None:
     """The criterion declared in the notebook before the run: the causal score's choice is
     driven by prediction spread if its chosen candidates spread less than the validation
     choice's (one-sided Wilcoxon over trials, p < ALPHA) and the causal score alone ranks the
     candidates like their spread (median per-trial Spearman at least 0.5)."""
     if not s:
         return None
-    return bool(s["relative_spread"][f"causal_{mode}"]["p_below"] < ALPHA
-                and s["with_spread"][f"score_causal_{mode}"]["median"] >= 0.5)
+    if f"{graph}_{mode}" not in s["relative_spread"]:
+        return None
+    return bool(s["relative_spread"][f"{graph}_{mode}"]["p_below"] < ALPHA
+                and s["with_spread"][f"score_{graph}_{mode}"]["median"] >= 0.5)
 
 
 def verdict(setup: Setup, trials: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -651,6 +653,9 @@ def verdict(setup: Setup, trials: dict[str, list[dict[str, Any]]]) -> dict[str, 
     m["shrinkage"] |= {mech: shrinkage(setup, trials, mech) for mech in setup.mechanisms}
     m["shrinkage_driven"] = {key: driven_by_spread(value, mode)
                              for key, value in m["shrinkage"].items()}
+    if setup.unfloored:  # the same criterion for the score without the stand-in's floor
+        m["shrinkage_driven_unfloored"] = {key: driven_by_spread(value, mode, "unfloored")
+                                           for key, value in m["shrinkage"].items()}
     m["floored"] = {cell: int(sum(sum(t["floored"].values()) for t in ts))
                     for cell, ts in trials.items()}
     m["seconds_per_trial"] = {cell: float(np.mean([sum(t["seconds"].values()) for t in ts]))
