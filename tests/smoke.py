@@ -69,7 +69,7 @@ SMOKE = {
                             "timing_lengths": [256, 512], "timing_widths": [8],
                             "timing_steps": 16},
     "14_causal_selection": {"nodes": [4], "mechanisms": ["linear"], "repeats": 2,
-                            "candidates": 6, "hidden": 8, "steps": 20, "stop_every": 5,
+                            "candidates": 6, "hidden": [8, 8], "steps": 20, "stop_every": 5,
                             "train_rows": 200, "stopping_rows": 50,
                             "selection_rows": 100, "test_rows": 100, "diabetes_repeats": 2},
 }

@@ -102,6 +102,28 @@ def test_no_constant_or_shrunk_predictor_beats_the_true_values_on_the_fixed_grap
     assert raw[0] - raw[1] == pytest.approx(2 * 200 * np.log(2))
 
 
+def test_searched_causal_score_uses_ges_and_keeps_the_floor_for_shrunk_predictions():
+    """The search mode's score (GES with the known edges required, as the official code runs
+    FGES) is, for the true values, the BIC of a graph at least as good as the known one; a
+    predictor shrunk toward the mean does not beat the true values there either."""
+    rng = np.random.default_rng(7)
+    graph = Graph.from_edges(("a", "b", "y", "c"), [("a", "y"), ("b", "y"), ("y", "c"),
+                                                    ("a", "c")])
+    x = SCM.random(rng, graph).sample(rng, 500)
+    y = x[:, 2]
+    candidates = np.stack([y, y.mean() + 0.5 * (y - y.mean())])
+    scores, _ = causal_scores(x, graph, "y", candidates, "search")
+    greedy, _ = causal_scores(x, graph, "y", candidates, "search", search_with="greedy")
+    assert scores[0] <= graph_bic(x, graph)[0] + 1e-6
+    assert scores[1] >= scores[0] - 1e-6 and greedy[1] >= greedy[0] - 1e-6
+    assert scores[0] == pytest.approx(greedy[0])  # both keep the true graph here
+    fixed, _ = causal_scores(x, graph, "y", candidates, "fixed")
+    raw, _ = causal_scores(x, graph, "y", candidates, "fixed", observed_floor=False)
+    assert fixed[1] >= fixed[0] - 1e-6 and raw[1] < raw[0] - 100  # unfloored: shrinking wins
+    with pytest.raises(ValueError, match="unknown search 'fges'; use ges or greedy"):
+        causal_scores(x, graph, "y", candidates, "search", search_with="fges")
+
+
 def test_terms_without_the_target_do_not_change_the_ranking():
     rng = np.random.default_rng(4)
     graph = chain()
@@ -219,3 +241,23 @@ def test_early_stopping_keeps_the_best_weights_and_stops_after_the_patience():
         assert len(losses) - 1 - best[-1] == schedule.patience  # patience spent, then stop
         final = float(np.mean((np.asarray(train.predict(trained, x_stop))[i] - y_stop) ** 2))
         assert final == pytest.approx(losses[best[-1]], rel=1e-5)  # the best weights kept
+
+
+def test_keras_candidates_are_relu_with_glorot_weights_and_zero_biases():
+    import equinox as eqx
+
+    from lab.train import causal_selection as train
+
+    models = train.candidates(jax.random.key(0), 2, inputs=3, hidden=[64, 32], network="keras")
+    linear = [layer for layer in models.layers if isinstance(layer, eqx.nn.Linear)]
+    assert [layer.weight.shape[1:] for layer in linear] == [(64, 3), (32, 64), (1, 32)]
+    for layer in linear:
+        limit = np.sqrt(6.0 / sum(layer.weight.shape[1:]))  # Keras' glorot_uniform
+        w = np.asarray(layer.weight)
+        assert np.abs(w).max() <= limit and np.abs(w).max() > 0.8 * limit
+        assert not np.asarray(layer.bias).any()
+    one = jax.tree.map(lambda a: a[0] if eqx.is_array(a) else a, models)
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    w1, w2, w3 = (np.asarray(layer.weight[0]) for layer in linear)
+    relu = lambda v: np.maximum(v, 0.0)  # noqa: E731
+    np.testing.assert_allclose(one(x), w3 @ relu(w2 @ relu(w1 @ x)), rtol=1e-5, atol=1e-6)

@@ -31,6 +31,10 @@ TINY = NOTEBOOK | SMOKE["14_causal_selection"]
     ({"optimizer": "rmsprop"}, "unknown optimizer 'rmsprop'; use one of adam, sgd"),
     ({"stop_every": 500}, "stop_every must be between 0 (no early stopping) and steps 300, "
                           "got 500"),
+    ({"hidden": []}, "hidden [] must be a non-empty list of layer widths, each at least 1"),
+    ({"network": "gelu"}, "unknown network 'gelu'; use one of tanh, keras"),
+    ({"weights": "normal"}, "unknown weights 'normal'; use one of unit, random"),
+    ({"dag": "erdos"}, "unknown dag 'erdos'; use one of bernoulli, official"),
 ])
 def test_bad_parameters_are_one_line_errors(change, message):
     with pytest.raises(ValueError) as error:
@@ -40,10 +44,12 @@ def test_bad_parameters_are_one_line_errors(change, message):
 
 def test_the_notebook_defaults_configure_and_select_the_top_tenth():
     setup = experiment.configure(**NOTEBOOK)
-    assert setup.k == 10 and setup.lam == "ancestors"
-    assert experiment.rule_names(setup) == ["validation", "causal_fixed", "impostor_fixed",
-                                            "causal_search", "impostor_search",
-                                            "flipped_search", "oracle"]
+    assert setup.k == 10 and setup.lam == "ancestors" and setup.hidden == (32, 32)
+    assert setup.weights == "unit"  # the linear cells are the paper's SCMs
+    assert experiment.rule_names(setup) == [
+        "validation", "causal_fixed", "impostor_fixed", "unfloored_fixed", "causal_search",
+        "impostor_search", "unfloored_search", "flipped_search", "flipped_unfloored_search",
+        "oracle"]
 
 
 def test_a_trial_scores_every_rule_and_the_oracle_is_the_floor():
@@ -67,6 +73,11 @@ def test_a_trial_scores_every_rule_and_the_oracle_is_the_floor():
         chosen = res["validation"]["chosen"]
         assert res["validation"]["ood"] == pytest.approx(ood[chosen].mean())
         assert set(chosen) == set(np.argsort(t["validation"])[:setup.k])
+        # spread: the chosen candidates' mean prediction std over the validation choice's
+        assert res["validation"]["spread"] == pytest.approx(1.0)
+        causal = res["causal_fixed"]["chosen"]
+        assert res["causal_fixed"]["spread"] == pytest.approx(
+            t["spread"][causal].mean() / t["spread"][chosen].mean())
     assert np.all((t["stopped_at"] > 0) & (t["stopped_at"] <= setup.steps))
 
 
@@ -101,8 +112,10 @@ def test_verdict_and_summary_name_every_claim():
     trials = experiment.study(setup)
     m = experiment.verdict(setup, trials)
     s = experiment.summary(m, setup)
-    assert [c["name"] for c in s["claims"]] == ["causal_beats_validation",
-                                                "impostor_does_not", "real_data"]
+    assert [c["name"] for c in s["claims"]] == ["causal_beats_validation", "impostor_does_not",
+                                                "causal_beats_validation_nonlinear",
+                                                "real_data"]
+    assert s["claims"][2]["verdict"] == "not tested"  # the smoke cells are all linear
     cells = len(setup.nodes) * len(setup.mechanisms) * len(setup.shifts)
     assert m["cells"] == cells and len(m["table"]) == cells + 1
     pooled = m["pooled_causal_search"]
@@ -112,6 +125,99 @@ def test_verdict_and_summary_name_every_claim():
     assert linear["trials"] == pooled["trials"]  # the smoke cells are all linear
     curves = experiment.curves(m)
     assert len(curves["validation_normalised_ood"]["y"]) == cells + 1
+
+
+def test_the_paper_preset_is_the_official_synthetic_study():
+    """submission/Synthetic.ipynb and causal_assurance.py of vanderschaarlab/mlforhealthlabpub
+    (alg/CausalAssurance): 4 nodes, unit linear SCMs, 100 Keras MLPs 512-256, SGD 1e-4 with
+    momentum, batch 32, at most 20 epochs, EarlyStopping(patience=2, min_delta=1e-4), 10,000
+    rows split 0.6 / 0.2 / 0.2, test domains of 2,000 rows at mean 1 and scale 2, top 10%."""
+    setup = experiment.configure(**(NOTEBOOK | {"preset": "paper"}))
+    assert (setup.nodes, setup.mechanisms, setup.weights, setup.dag) == (
+        (4,), ("linear",), "unit", "official")
+    assert (setup.candidates, setup.hidden, setup.network) == (100, (512, 256), "keras")
+    assert (setup.optimizer, setup.lr, setup.batch, setup.patience) == ("sgd", 1e-4, 32, 2)
+    epoch = -(-6000 // 32)
+    assert (setup.stop_every, setup.steps) == (epoch, 20 * epoch)
+    assert (setup.train_rows, setup.stopping_rows, setup.selection_rows) == (6000, 2000, 2000)
+    assert (setup.test_rows, setup.shift_mean, setup.shift_scale) == (2000, 1.0, 2.0)
+    assert setup.shifts == ("all", "one") and setup.k == 10 and setup.lam == "ancestors"
+    assert not setup.standardise and setup.diabetes_repeats == 0
+    assert "search" in setup.modes and setup.unfloored  # the official score: no floor
+    assert {"flipped_search", "unfloored_search", "flipped_unfloored_search"} <= set(
+        experiment.rule_names(setup))
+
+
+def test_official_dag_adds_acyclic_pairs_and_counts_repeats():
+    rng = np.random.default_rng(0)
+    assert not experiment.official_dag(rng, 4, 0).edges.any()
+    assert experiment.official_dag(rng, 4, 1).edges.sum() == 1
+    for attempts in (4, 16, 40):
+        for _ in range(20):
+            edges = experiment.official_dag(rng, 4, attempts).edges
+            assert 1 <= edges.sum() <= min(attempts, 6) and not (edges & edges.T).any()
+            assert np.all(np.linalg.matrix_power(edges.astype(int), 4) == 0)  # acyclic
+    # many attempts on 4 nodes end in a complete DAG
+    assert experiment.official_dag(rng, 4, 200).edges.sum() == 6
+
+
+def _fake_trial(rule_error: float, spread: list[float], causal: np.ndarray) -> dict:
+    """A finished trial with validation's normalised error 0.5 and every other rule's
+    ``rule_error``; four candidates, k = 2: validation chooses 0 and 1."""
+    spread = np.asarray(spread)
+    validation = np.array([0.1, 0.2, 0.3, 0.4])
+    rules = ["validation", "causal_fixed", "impostor_fixed", "oracle"]
+    chosen = {"validation": [0, 1], "causal_fixed": list(np.argsort(causal)[:2]),
+              "impostor_fixed": [0, 1], "oracle": [0, 1]}
+    result = {rule: {"normalised": 0.5 if rule == "validation" else rule_error,
+                     "ood": 1.0, "spearman": 0.0, "chosen": chosen[rule],
+                     "spread": float(spread[chosen[rule]].mean() / spread[[0, 1]].mean())}
+              for rule in rules}
+    return {"results": {"all": result}, "spread": spread, "truth_spread": 2.0,
+            "floored": {}, "seconds": {"train": 1.0},
+            "with_spread": {"validation": experiment.rank_correlation(validation, spread),
+                            "causal_fixed": experiment.rank_correlation(causal, spread),
+                            "score_causal_fixed": experiment.rank_correlation(causal, spread)}}
+
+
+def test_shrinkage_compares_the_chosen_spread_with_validation_on_a_hand_case():
+    setup = experiment.configure(**(TINY | {"modes": ["fixed"], "shifts": ["all"],
+                                            "unfloored": False}))
+    # the causal score falls with the spread: it picks the two narrowest candidates, 2 and 3
+    shrunk = _fake_trial(0.4, [1.0, 0.8, 0.5, 0.25], np.array([4.0, 3.0, 2.0, 1.0]))
+    s = experiment.shrinkage(setup, {"4_linear": [shrunk] * 6})
+    ratio = s["relative_spread"]["causal_fixed"]
+    assert ratio["geometric_mean"] == pytest.approx(0.375 / 0.9)  # (0.5 + 0.25) / (1 + 0.8)
+    assert (ratio["below"], ratio["above"]) == (6, 0) and ratio["p_below"] < 0.05
+    assert s["relative_spread"]["validation"]["geometric_mean"] == pytest.approx(1.0)
+    assert s["with_spread"]["score_causal_fixed"]["median"] == pytest.approx(1.0)
+    assert s["validation_over_truth"] == pytest.approx(0.45)  # 0.9 against the truth's 2
+    assert experiment.driven_by_spread(s, "fixed") is True
+    # a score unrelated to the spread: not driven by it
+    level = _fake_trial(0.4, [1.0, 1.0, 1.0, 1.0], np.array([4.0, 3.0, 2.0, 1.0]))
+    s = experiment.shrinkage(setup, {"4_linear": [level] * 6})
+    assert s["relative_spread"]["causal_fixed"]["p_below"] == 1.0
+    assert experiment.driven_by_spread(s, "fixed") is False
+
+
+def test_the_headline_is_judged_on_the_linear_cells_and_nonlinear_is_its_own_claim():
+    setup = experiment.configure(**(TINY | {"modes": ["fixed"], "shifts": ["all"],
+                                            "unfloored": False,
+                                            "mechanisms": ["linear", "nonlinear"]}))
+    better = _fake_trial(0.2, [1.0, 1.0, 1.0, 1.0], np.array([4.0, 3.0, 2.0, 1.0]))
+    worse = _fake_trial(0.9, [1.0, 1.0, 1.0, 1.0], np.array([4.0, 3.0, 2.0, 1.0]))
+    # pooled over both mechanisms the causal score is worse (0.2 * 6 + 0.9 * 12 over 18)
+    trials = {"4_linear": [better] * 6, "4_nonlinear": [worse] * 12}
+    m = experiment.verdict(setup, trials)
+    assert m["pooled_causal_fixed"]["rule"] > m["pooled_causal_fixed"]["baseline"]
+    assert m["claim_causal_beats_validation"] is True and not m["causal_weakly"]
+    assert m["claim_causal_beats_validation_nonlinear"] is False
+    claims = {c["name"]: c["verdict"] for c in experiment.summary(m, setup)["claims"]}
+    assert claims == {"causal_beats_validation": "holds",
+                      "impostor_does_not": "does not hold",  # the impostor wins here too
+                      "causal_beats_validation_nonlinear": "does not hold"}
+    only_nonlinear = experiment.verdict(setup, {"4_nonlinear": [worse] * 6})
+    assert only_nonlinear["claim_causal_beats_validation"] is None  # not tested
 
 
 def test_panel_opens_on_a_trial_and_runs_a_new_one():

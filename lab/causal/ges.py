@@ -202,8 +202,9 @@ def ges(data: np.ndarray, names: Sequence[str], knowledge: Knowledge = Knowledge
     """GES over equivalence classes on the BIC of ``data`` ``(n, d)`` (columns in ``names``
     order) under ``knowledge`` (see the module docstring). ``max_parents`` bounds the parent
     sets that an Insert scores (as causal-learn's ``maxP``); it does not bound the parents of
-    every DAG of the class. ``stand_in``: a column of predictions standing in for an observed
-    one, floored as ``lab.causal.score`` says."""
+    every DAG of the class. ``stand_in``: column ``stand_in.target`` holds predictions (its
+    floor is the observed target's residual variance, ``lab.causal.score``); where that floor
+    binds, the score is no longer score-equivalent, and the class's BIC is its returned DAG's."""
     required, allowed = knowledge.matrices(names)
     d = len(names)
     if data.shape[1] != d:

@@ -8,9 +8,10 @@ has the target column replaced by ``yhat_m``, and
 - ``fixed``: the causal score is the BIC of the known graph on that data, over the terms
   that involve the target (``score.target_terms``: the rest is the same for every
   candidate, so it cannot change the ranking);
-- ``search``: the causal score is the BIC of the graph a structure search finds on that data
-  with the known graph's edges required (``score.search``), as the official code does with
-  FGES.
+- ``search``: the causal score is the BIC of the graph that GES (``lab.causal.ges``, an
+  equivalence-class search like the official code's FGES) finds on that data with the known
+  graph's edges required; ``search_with="greedy"`` uses the greedy search over DAGs
+  (``score.search``) instead.
 
 **Lower causal score is better** (a BIC is a cost). Candidates are ranked by
 
@@ -33,6 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from lab.causal.ges import ges
 from lab.causal.scm import Graph, check_dag
 from lab.causal.score import FLOOR, Knowledge, Moments, StandIn, graph_bic, search, target_terms
 
@@ -46,17 +48,22 @@ def with_target(data: np.ndarray, target: int, predictions: np.ndarray) -> np.nd
 
 def causal_scores(data: np.ndarray, graph: Graph, target: str, predictions: np.ndarray,
                   mode: str = "fixed", knowledge: Knowledge | None = None,
-                  floor: float = FLOOR) -> tuple[np.ndarray, np.ndarray]:
+                  floor: float = FLOOR, search_with: str = "ges", observed_floor: bool = True
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """``(scores (m,), floored (m,))`` for ``predictions`` ``(m, n)`` of ``m`` candidates on
     the ``n`` rows of ``data``; ``floored`` flags a candidate whose target (or a child's)
     residual variance hit the floor. The target's floor is the observed target's residual
     variance on the same parents (``lab.causal.score.StandIn``): no candidate scores better
-    than the true values on the target's own term."""
+    than the true values on the target's own term; ``observed_floor=False`` leaves the
+    target the ordinary relative floor, which a prediction can shrink (the official code's
+    Tetrad score has no floor at all). ``search_with``: ``ges`` or ``greedy``."""
     check_dag(graph)
     j = graph.index(target)
-    stand_in = StandIn(Moments.of(data), j)
+    stand_in = StandIn(Moments.of(data), j) if observed_floor else None
     if mode not in ("fixed", "search"):
         raise ValueError(f"unknown causal score mode {mode!r}; use fixed or search")
+    if search_with not in ("ges", "greedy"):
+        raise ValueError(f"unknown search {search_with!r}; use ges or greedy")
     scores, floored = [], []
     for yhat in np.atleast_2d(predictions):
         trial = with_target(data, j, yhat)
@@ -68,7 +75,8 @@ def causal_scores(data: np.ndarray, graph: Graph, target: str, predictions: np.n
             base = knowledge or Knowledge()
             known = Knowledge(tuple(base.required) + tuple(graph.edge_list()), base.forbidden,
                               base.tiers)
-            result = search(trial, graph.names, known, floor, stand_in=stand_in)
+            find = ges if search_with == "ges" else search
+            result = find(trial, graph.names, known, floor, stand_in=stand_in)
             scores.append(result.bic)
             _, nodes = graph_bic(trial, result.graph, floor, stand_in=stand_in)
             floored.append(any(s.floored for s in nodes))

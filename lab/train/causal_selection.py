@@ -16,6 +16,7 @@ same keys and data give the same models, whether the models are trained together
 or one at a time (a test checks it).
 """
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import equinox as eqx
@@ -26,6 +27,7 @@ import optax
 from lab.models.feedforward import mlp
 
 OPTIMIZERS = ("adam", "sgd")
+NETWORKS = ("tanh", "keras")
 
 
 class Schedule(NamedTuple):
@@ -40,12 +42,35 @@ class Schedule(NamedTuple):
     min_delta: float = 1e-4
 
 
-def candidates(key: jax.Array, count: int, inputs: int, hidden: int = 32) -> eqx.Module:
-    """``count`` MLPs ``inputs -> hidden -> hidden -> 1`` (tanh), stacked on a leading axis."""
-    if count < 1 or inputs < 1 or hidden < 1:
-        raise ValueError(f"count, inputs and hidden must be at least 1, got {count}, "
-                         f"{inputs}, {hidden}")
-    make = lambda k: mlp([inputs, hidden, hidden, 1], activation=jnp.tanh, key=k)  # noqa: E731
+def candidates(key: jax.Array, count: int, inputs: int, hidden: int | Sequence[int] = 32,
+               network: str = "tanh") -> eqx.Module:
+    """``count`` MLPs ``inputs -> hidden... -> 1`` stacked on a leading axis (``hidden`` an int:
+    two layers of that width). ``network``: ``tanh`` (Equinox's initialisation) or ``keras``,
+    the official code's Keras ``Dense`` layers: ReLU, Glorot-uniform weights, zero biases."""
+    widths = (hidden, hidden) if isinstance(hidden, int) else tuple(hidden)
+    if count < 1 or inputs < 1 or not widths or min(widths) < 1:
+        raise ValueError(f"count, inputs and every hidden width must be at least 1, got "
+                         f"{count}, {inputs}, {list(widths)}")
+    if network not in NETWORKS:
+        raise ValueError(f"unknown network {network!r}; use one of {', '.join(NETWORKS)}")
+    sizes = [inputs, *widths, 1]
+    activation = jnp.tanh if network == "tanh" else jax.nn.relu
+
+    def make(k):
+        model = mlp(sizes, activation=activation, key=k)
+        if network == "keras":
+            linear = [layer for layer in model.layers if isinstance(layer, eqx.nn.Linear)]
+            subkeys = jax.random.split(jax.random.fold_in(k, 1), len(linear))
+            weights = [jax.random.uniform(sub, layer.weight.shape, minval=-1.0, maxval=1.0)
+                       * jnp.sqrt(6.0 / sum(layer.weight.shape))
+                       for sub, layer in zip(subkeys, linear, strict=True)]
+            model = eqx.tree_at(lambda m: [layer.weight for layer in m.layers
+                                           if isinstance(layer, eqx.nn.Linear)], model, weights)
+            model = eqx.tree_at(lambda m: [layer.bias for layer in m.layers
+                                           if isinstance(layer, eqx.nn.Linear)], model,
+                                [jnp.zeros_like(layer.bias) for layer in linear])
+        return model
+
     return eqx.filter_vmap(make)(jax.random.split(key, count))
 
 
@@ -84,14 +109,21 @@ def train_one(model: eqx.Module, key: jax.Array, x: jax.Array, y: jax.Array,
         params = pick(running, optax.apply_updates(params, updates), params)
         state = pick(running, new_state, state)
         if schedule.every:
-            measure = running & ((i + 1) % schedule.every == 0)
-            held = mse(eqx.combine(params, static), x_stop, y_stop)
-            better = measure & (held < best_loss - schedule.min_delta)
-            best = pick(better, params, best)
-            best_loss = jnp.where(better, held, best_loss)
-            bad = jnp.where(better, 0, bad + measure.astype(bad.dtype))
-            stopped_at = jnp.where(running & (bad >= schedule.patience), i + 1, stopped_at)
-            held = jnp.where(measure, held, jnp.nan)
+            def check(best, best_loss, bad, stopped_at):
+                held = mse(eqx.combine(params, static), x_stop, y_stop)
+                better = running & (held < best_loss - schedule.min_delta)
+                bad = jnp.where(better, 0, bad + running.astype(bad.dtype))
+                stopped_at = jnp.where(running & (bad >= schedule.patience), i + 1,
+                                       stopped_at)
+                return (pick(better, params, best), jnp.where(better, held, best_loss), bad,
+                        stopped_at, jnp.where(running, held, jnp.nan))
+
+            def skip(best, best_loss, bad, stopped_at):
+                return best, best_loss, bad, stopped_at, jnp.asarray(jnp.nan, best_loss.dtype)
+
+            # the step is the same for every candidate: a real branch, measured only when due
+            best, best_loss, bad, stopped_at, held = jax.lax.cond(
+                (i + 1) % schedule.every == 0, check, skip, best, best_loss, bad, stopped_at)
         else:
             held = jnp.asarray(jnp.nan)
         return (params, state, best, best_loss, bad, stopped_at), (loss, held)
