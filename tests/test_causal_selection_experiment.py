@@ -47,9 +47,8 @@ def test_the_notebook_defaults_configure_and_select_the_top_tenth():
     assert setup.k == 10 and setup.lam == "ancestors" and setup.hidden == (32, 32)
     assert setup.weights == "unit"  # the linear cells are the paper's SCMs
     assert experiment.rule_names(setup) == [
-        "validation", "causal_fixed", "impostor_fixed", "unfloored_fixed", "causal_search",
-        "impostor_search", "unfloored_search", "flipped_search", "flipped_unfloored_search",
-        "oracle"]
+        "validation", "causal_fixed", "impostor_fixed", "guarded_fixed", "causal_search",
+        "impostor_search", "guarded_search", "flipped_search", "oracle"]
 
 
 def test_a_trial_scores_every_rule_and_the_oracle_is_the_floor():
@@ -114,7 +113,7 @@ def test_verdict_and_summary_name_every_claim():
     s = experiment.summary(m, setup)
     assert [c["name"] for c in s["claims"]] == ["causal_beats_validation", "impostor_does_not",
                                                 "causal_beats_validation_nonlinear",
-                                                "real_data"]
+                                                "guarded_beats_validation", "real_data"]
     assert s["claims"][2]["verdict"] == "not tested"  # the smoke cells are all linear
     cells = len(setup.nodes) * len(setup.mechanisms) * len(setup.shifts)
     assert m["cells"] == cells and len(m["table"]) == cells + 1
@@ -143,8 +142,8 @@ def test_the_paper_preset_is_the_official_synthetic_study():
     assert (setup.test_rows, setup.shift_mean, setup.shift_scale) == (2000, 1.0, 2.0)
     assert setup.shifts == ("all", "one") and setup.k == 10 and setup.lam == "ancestors"
     assert not setup.standardise and setup.diabetes_repeats == 0
-    assert "search" in setup.modes and setup.unfloored  # the official score: no floor
-    assert {"flipped_search", "unfloored_search", "flipped_unfloored_search"} <= set(
+    assert "search" in setup.modes and setup.guarded  # the paper's score, and ours beside it
+    assert {"causal_search", "flipped_search", "guarded_search"} <= set(
         experiment.rule_names(setup))
 
 
@@ -182,7 +181,7 @@ def _fake_trial(rule_error: float, spread: list[float], causal: np.ndarray) -> d
 
 def test_shrinkage_compares_the_chosen_spread_with_validation_on_a_hand_case():
     setup = experiment.configure(**(TINY | {"modes": ["fixed"], "shifts": ["all"],
-                                            "unfloored": False}))
+                                            "guarded": False}))
     # the causal score falls with the spread: it picks the two narrowest candidates, 2 and 3
     shrunk = _fake_trial(0.4, [1.0, 0.8, 0.5, 0.25], np.array([4.0, 3.0, 2.0, 1.0]))
     s = experiment.shrinkage(setup, {"4_linear": [shrunk] * 6})
@@ -202,7 +201,7 @@ def test_shrinkage_compares_the_chosen_spread_with_validation_on_a_hand_case():
 
 def test_the_headline_is_judged_on_the_linear_cells_and_nonlinear_is_its_own_claim():
     setup = experiment.configure(**(TINY | {"modes": ["fixed"], "shifts": ["all"],
-                                            "unfloored": False,
+                                            "guarded": False,
                                             "mechanisms": ["linear", "nonlinear"]}))
     better = _fake_trial(0.2, [1.0, 1.0, 1.0, 1.0], np.array([4.0, 3.0, 2.0, 1.0]))
     worse = _fake_trial(0.9, [1.0, 1.0, 1.0, 1.0], np.array([4.0, 3.0, 2.0, 1.0]))

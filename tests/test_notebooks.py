@@ -79,7 +79,8 @@ CLAIMS = {"00_quickstart": [],
           "13_parallel_wavenet": ["student_faster", "ratio_grows", "quality_close",
                                   "power_loss_needed"],
           "14_causal_selection": ["causal_beats_validation", "impostor_does_not",
-                                  "causal_beats_validation_nonlinear", "real_data"]}
+                                  "causal_beats_validation_nonlinear",
+                                  "guarded_beats_validation", "real_data"]}
 
 
 def test_every_notebook_has_smoke_parameters():

@@ -40,6 +40,7 @@ import numpy as np
 from lab.causal.scm import Graph, check_dag, find_cycle
 
 FLOOR = 1e-3  # the residual variance floor, relative to the node's variance
+NUMERICAL_FLOOR = 1e-12  # relative: keeps the log finite where no floor is wanted (Tetrad's)
 TOLERANCE = 1e-9  # the search's smallest gain, relative to the BIC
 
 

@@ -36,7 +36,16 @@ import numpy as np
 
 from lab.causal.ges import ges
 from lab.causal.scm import Graph, check_dag
-from lab.causal.score import FLOOR, Knowledge, Moments, StandIn, graph_bic, search, target_terms
+from lab.causal.score import (
+    FLOOR,
+    NUMERICAL_FLOOR,
+    Knowledge,
+    Moments,
+    StandIn,
+    graph_bic,
+    search,
+    target_terms,
+)
 
 
 def with_target(data: np.ndarray, target: int, predictions: np.ndarray) -> np.ndarray:
@@ -54,12 +63,14 @@ def causal_scores(data: np.ndarray, graph: Graph, target: str, predictions: np.n
     the ``n`` rows of ``data``; ``floored`` flags a candidate whose target (or a child's)
     residual variance hit the floor. The target's floor is the observed target's residual
     variance on the same parents (``lab.causal.score.StandIn``): no candidate scores better
-    than the true values on the target's own term; ``observed_floor=False`` leaves the
-    target the ordinary relative floor, which a prediction can shrink (the official code's
-    Tetrad score has no floor at all). ``search_with``: ``ges`` or ``greedy``."""
+    than the true values on the target's own term. ``observed_floor=False`` is the paper's
+    score as the official code computes it with Tetrad's SEM BIC: no floor (only
+    ``NUMERICAL_FLOOR``, relative, which keeps the log finite), so a prediction's spread
+    counts in full. ``search_with``: ``ges`` or ``greedy``."""
     check_dag(graph)
     j = graph.index(target)
     stand_in = StandIn(Moments.of(data), j) if observed_floor else None
+    floor = floor if observed_floor else NUMERICAL_FLOOR
     if mode not in ("fixed", "search"):
         raise ValueError(f"unknown causal score mode {mode!r}; use fixed or search")
     if search_with not in ("ges", "greedy"):
