@@ -234,9 +234,18 @@ def test_adjuster_waits_then_judges_each_window_on_a_fake_clock_and_throughput()
 @pytest.mark.slow
 def test_stop_ends_an_adjusted_run_within_one_window_and_joins_every_thread():
     before = threads_now()
-    adjust = ga3c.Adjustment(step_wait=1.0, initial_wait=0.2)
+    adjust = ga3c.Adjustment(step_wait=2.0, initial_wait=0.2)
+    stopped = []
+
+    def stop_after(stats):
+        if stats.seconds() < 2.5:
+            return True
+        stopped.append(stats.seconds())
+        return False  # Stop
+
     r = run_ga3c(TINY, jax.random.key(0), seconds=600, adjust=adjust, every=0.05,
-                 callback=lambda stats: stats.seconds() < 2.5)  # False: Stop
-    assert 2.5 <= r.seconds < 2.5 + adjust.step_wait
+                 callback=stop_after)
+    assert len(stopped) == 1 and r.seconds - stopped[0] < adjust.step_wait
     assert threads_now() == before
     assert len(r.trace) >= 2 and r.trace[0, 0] >= 0.2 and r.trace[:, 1:4].min() >= 1
+    assert r.trace[-1, 0] <= stopped[0]  # no window judged after Stop
