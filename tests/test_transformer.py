@@ -11,7 +11,8 @@ import optax
 import pytest
 
 from lab.data import retrieval
-from lab.models.transformer import Transformer, causal_mask, full_attention
+from lab.models.transformer import (Attention, Transformer, causal_mask, full_attention,
+                                    fuse_qkv, split_qkv)
 from lab.parallel.ring import blockwise_attention
 from lab.train.sequence_parallel import init, make_step, make_train, token_sums
 
@@ -91,6 +92,55 @@ def test_blockwise_attention_block_not_dividing_length_raises():
 def test_attention_hidden_not_divisible_by_heads_raises():
     with pytest.raises(ValueError, match="hidden size 10 does not divide into 4 heads"):
         Transformer(8, 2, hidden=10, heads=4, layers=1, max_length=4, key=jax.random.key(0))
+
+
+def test_fuse_qkv_megatron_layout_whole_heads_per_device():
+    # hidden 4 in 2 heads of width 2; row r of q, k, v holds 10 r + 0, 1, 2
+    q, k, v = (jnp.broadcast_to(10 * jnp.arange(4.0)[:, None] + i, (4, 3)) for i in range(3))
+    fused = fuse_qkv(q, k, v, heads=2)
+    # per head: its query rows, its key rows, its value rows (Megatron-LM's query_key_value)
+    np.testing.assert_array_equal(fused[:, 0], [0, 10, 1, 11, 2, 12, 20, 30, 21, 31, 22, 32])
+    for part, want in zip(split_qkv(fused, heads=2), (q, k, v), strict=True):
+        np.testing.assert_array_equal(part, want)
+    # a column split over 2 model devices: device d holds head d's q, k and v, nothing else
+    for d, rows in enumerate(jnp.split(fused[:, 0], 2)):
+        np.testing.assert_array_equal(rows, [20 * d, 20 * d + 10, 20 * d + 1, 20 * d + 11,
+                                             20 * d + 2, 20 * d + 12])
+    biases = fuse_qkv(q[:, 0], k[:, 0], v[:, 0], heads=2)  # (H,) biases alike
+    np.testing.assert_array_equal(biases, fused[:, 0])
+
+
+def test_attention_fused_qkv_is_three_separate_projections():
+    """Separate query, key and value layers mapped into the fused layout give the output of
+    ``attend(Wq x + bq, Wk x + bk, Wv x + bv)`` split into heads by hand; and the fused layer
+    is initialised with the three layers that the keys of the separate version made."""
+    hidden, heads, length = 16, 4, 8
+    kx, ka, kq, kk, kv = jax.random.split(jax.random.key(11), 5)
+    x = jax.random.normal(kx, (length, hidden))
+    attention = Attention(hidden, heads, key=ka)
+    q, k, v = (eqx.nn.Linear(hidden, hidden, key=key) for key in (kq, kk, kv))
+    attention = eqx.tree_at(lambda a: (a.qkv.weight, a.qkv.bias), attention,
+                            (fuse_qkv(q.weight, k.weight, v.weight, heads),
+                             fuse_qkv(q.bias, k.bias, v.bias, heads)))
+
+    def separate(x):
+        def project(layer):  # (L, H) -> (L, Z, A): head z owns features 4z ... 4z + 3
+            return (x @ layer.weight.T + layer.bias).reshape(length, heads, hidden // heads)
+        out = full_attention(project(q), project(k), project(v), causal=True)
+        return out.reshape(length, hidden) @ attention.output.weight.T + attention.output.bias
+
+    run = eqx.filter_jit(lambda a, x: a(x, full_attention, True))
+    fused = run(attention, x)
+    np.testing.assert_allclose(fused, separate(x), atol=1e-5)
+    # swapping the key and value rows changes the function: the layout is not vacuous
+    swapped = eqx.tree_at(lambda a: a.qkv.weight, attention,
+                          fuse_qkv(q.weight, v.weight, k.weight, heads))
+    assert np.abs(run(swapped, x) - fused).max() > 1e-3
+    # initialisation: the three hidden x hidden layers from the split of the key, fused
+    kq, kk, kv, _ = jax.random.split(ka, 4)
+    made = Attention(hidden, heads, key=ka)
+    for part, key in zip(split_qkv(made.qkv.weight, heads), (kq, kk, kv), strict=True):
+        np.testing.assert_array_equal(part, eqx.nn.Linear(hidden, hidden, key=key).weight)
 
 
 def test_transformer_output_shape_and_causality():

@@ -12,10 +12,19 @@ token-wise, so the same model runs on a chunk of a sequence: pass the chunk's to
 global ``positions`` and a sequence-parallel ``attend`` (``lab.parallel.ring``) that fetches
 the other chunks' keys and values from the other devices.
 
-The projections are separate ``eqx.nn.Linear`` layers (``query``, ``key``, ``value``,
-``output``, ``mlp_in``, ``mlp_out``; weights ``(out, in)``) so that each can be given its own
-sharding: Megatron's tensor parallelism splits ``query``/``key``/``value``/``mlp_in`` by output
-rows (whole heads per device) and ``output``/``mlp_out`` by input columns.
+The projections are ``eqx.nn.Linear`` layers (weights ``(out, in)``): ``attention.qkv``,
+``attention.output``, ``mlp_in`` and ``mlp_out``, each of which can be given its own
+sharding. ``qkv`` is ONE ``(3 * hidden, hidden)`` projection producing the queries, keys and
+values, laid out as Megatron-LM lays out its fused ``query_key_value`` (Shoeybi et al. 2019,
+arXiv 1909.08053): the output split per head, head ``z`` (of width ``A``) owning rows
+``3Az ... 3A(z + 1) - 1`` as its query, key and value rows in that order (``fuse_qkv``). So
+Megatron's tensor parallelism, which splits ``qkv`` and ``mlp_in`` by output rows and
+``output``/``mlp_out`` by input columns, gives each model device whole heads' queries, keys
+and values, and the backward pass all-reduces the attention input's gradient once, as
+Megatron-LM does (with three separate projections XLA all-reduced it three times:
+``lab.parallel.megatron``). The fused layer is initialised as three ``hidden x hidden``
+layers would be, from the same keys, so the model is the function three separate
+projections ``q = Wq x + bq`` (and so on) compute, with ``Wq`` and ``bq`` from ``split_qkv``.
 """
 
 from collections.abc import Callable
@@ -43,12 +52,29 @@ def full_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool) -> ja
     return jnp.einsum("zqk,kza->qza", jax.nn.softmax(scores, axis=-1), v)
 
 
-class Attention(eqx.Module):
-    """Multi-head self-attention's projections around a pluggable ``attend``."""
+def fuse_qkv(q: jax.Array, k: jax.Array, v: jax.Array, heads: int) -> jax.Array:
+    """Three projections' weights ``(H, in)`` (or biases ``(H,)``), ``H = heads * A`` with head
+    ``z`` at rows ``Az ... A(z + 1) - 1``, as one ``(3H, ...)`` array in Megatron-LM's
+    layout: head ``z``'s query, key and value rows at ``3Az + [0, A)``, ``3Az + [A, 2A)`` and
+    ``3Az + [2A, 3A)``."""
+    stacked = jnp.stack([q, k, v])  # (3, H, ...)
+    per_head = stacked.reshape(3, heads, q.shape[0] // heads, *q.shape[1:])
+    return jnp.swapaxes(per_head, 0, 1).reshape(3 * q.shape[0], *q.shape[1:])
 
-    query: eqx.nn.Linear
-    key: eqx.nn.Linear
-    value: eqx.nn.Linear
+
+def split_qkv(fused: jax.Array, heads: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The inverse of ``fuse_qkv``: the query, key and value rows of a ``(3H, ...)`` array."""
+    per_head = fused.reshape(heads, 3, fused.shape[0] // (3 * heads), *fused.shape[1:])
+    q, k, v = (part.reshape(fused.shape[0] // 3, *fused.shape[1:])
+               for part in jnp.swapaxes(per_head, 0, 1))
+    return q, k, v
+
+
+class Attention(eqx.Module):
+    """Multi-head self-attention's projections around a pluggable ``attend``: the fused
+    ``qkv`` (see the module docstring) and the ``output`` projection."""
+
+    qkv: eqx.nn.Linear
     output: eqx.nn.Linear
     heads: int = eqx.field(static=True)
 
@@ -56,19 +82,19 @@ class Attention(eqx.Module):
         if hidden % heads:
             raise ValueError(f"hidden size {hidden} does not divide into {heads} heads")
         kq, kk, kv, ko = jax.random.split(key, 4)
-        self.query = eqx.nn.Linear(hidden, hidden, key=kq)
-        self.key = eqx.nn.Linear(hidden, hidden, key=kk)
-        self.value = eqx.nn.Linear(hidden, hidden, key=kv)
+        q, k, v = (eqx.nn.Linear(hidden, hidden, key=kx) for kx in (kq, kk, kv))
+        fused = eqx.nn.Linear(hidden, 3 * hidden, key=kq)  # its shapes; the values follow
+        self.qkv = eqx.tree_at(lambda layer: (layer.weight, layer.bias), fused,
+                               (fuse_qkv(q.weight, k.weight, v.weight, heads),
+                                fuse_qkv(q.bias, k.bias, v.bias, heads)))
         self.output = eqx.nn.Linear(hidden, hidden, key=ko)
         self.heads = heads
 
     def __call__(self, x: jax.Array, attend: Attend, causal: bool) -> jax.Array:
         length, hidden = x.shape
-
-        def heads(layer):  # (L, H) -> (L, Z, A): head z owns features z*A ... (z+1)*A - 1
-            return jax.vmap(layer)(x).reshape(length, self.heads, hidden // self.heads)
-
-        out = attend(heads(self.query), heads(self.key), heads(self.value), causal)
+        # (L, 3H) -> (L, Z, 3, A): head z's query, key and value, each A wide
+        qkv = jax.vmap(self.qkv)(x).reshape(length, self.heads, 3, hidden // self.heads)
+        out = attend(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal)
         return jax.vmap(self.output)(out.reshape(length, hidden))
 
 
