@@ -137,6 +137,21 @@ def test_collectives_without_entry_raises():
         cost.collectives(HLO.replace("ENTRY %main", "%main"))
 
 
+def test_groups_of_explicit_iota_and_mesh_replica_groups():
+    assert cost.groups("{{0,1,2,3},{4,5,6,7}}", 8) == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert cost.groups("{}", 4) == ((0, 1, 2, 3),)
+    assert cost.groups("[1,8]<=[8]", 8) == (tuple(range(8)),)
+    # arange(8) as (2, 4), transposed: the columns of a data x model mesh
+    assert cost.groups("[4,2]<=[2,4]T(1,0)", 8) == ((0, 4), (1, 5), (2, 6), (3, 7))
+    # a 2 x 1 x 4 mesh: the groups vary axis_0 and hold the others (the data axis)
+    assert cost.groups("mesh['axis_0'=2,'axis_1'=1,'axis_2'=4] {'axis_0'}", 8) == (
+        (0, 4), (1, 5), (2, 6), (3, 7))
+    assert cost.groups("mesh['a'=2,'b'=4] {'b'}", 8) == ((0, 1, 2, 3), (4, 5, 6, 7))
+    for bad in ("mesh['a'=2,'b'=4] {'c'}", "mesh['a'=2,'b'=4] {'a':(1)2}", "(0,1)"):
+        with pytest.raises(ValueError, match="replica groups"):
+            cost.groups(bad, 8)
+
+
 def test_memory_and_flops_of_single_device_matmul():
     x, w = jnp.ones((16, 32)), jnp.ones((32, 8))
     compiled = jax.jit(jnp.matmul).lower(x, w).compile()
@@ -248,7 +263,7 @@ def test_collectives_bytes_per_device_of_each_kind(facts):
                                         ("all-gather", "reduce-scatter", "all-to-all")}
     (reduce,) = facts["matmul"]
     assert (reduce["kind"], reduce["bytes"], reduce["count"]) == ("all-reduce", 32 * 16 * 4, 1)
-    assert reduce["replica_groups"]
+    assert cost.groups(reduce["replica_groups"], 8) == (tuple(range(8)),)  # all of them
 
 
 def test_memory_and_flops_are_per_device(facts):

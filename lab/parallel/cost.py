@@ -12,7 +12,8 @@ before any device time is spent. Three measures, each per device:
   (``compiled.as_text()``) with the bytes each device puts into it and how many times it
   runs (trip counts of enclosing while loops multiplied in). ``summary`` totals them by
   kind: the beta (bandwidth) term of an alpha-beta time model, with ``count`` its alpha
-  (latency) term.
+  (latency) term. ``groups(c.replica_groups, devices)`` says which devices each group
+  joins, so a collective can be told to be on one mesh axis or another.
 - ``flops(compiled)``: XLA's cost analysis, per device. It counts a while loop's body once,
   whatever its trip count (7 matmuls in a ``fori_loop`` count as one).
 
@@ -25,9 +26,12 @@ comments inside long tuples; a ``while`` with ``backend_config={..."known_trip_c
 each is counted once, at its start.
 """
 
+import math
 import re
 from collections import defaultdict
 from typing import NamedTuple
+
+import numpy as np
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
          "collective-broadcast")
@@ -37,6 +41,8 @@ _INSTRUCTION = re.compile(r"\s+(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)")
 _HEADER = re.compile(r"(ENTRY\s+)?%?([\w.\-]+)\s*[({]")
 _ARRAY = re.compile(r"([a-z]+)(\d*)[a-z0-9]*\[([^\]]*)\]")
 _TRIP_COUNT = re.compile(r"known_trip_count\W+n\W+(\d+)")
+_IOTA = re.compile(r"\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
+_MESH = re.compile(r"mesh\[((?:'[\w.\-]+'=\d+,?)+)\]\s*\{((?:'[\w.\-]+',?)+)\}")
 
 
 class Memory(NamedTuple):
@@ -205,6 +211,41 @@ def _runs(entry: str, calls: dict) -> dict[str, tuple[int, bool]]:
         stack.extend((callee, count * factor, exact and trip_known)
                      for callee, factor, trip_known in calls[name])
     return runs
+
+
+def groups(replica_groups: str, devices: int) -> tuple[tuple[int, ...], ...]:
+    """The device groups of a collective's ``replica_groups`` text, each a tuple of device
+    (SPMD partition) numbers, as jax 0.10's XLA prints them: explicit ``{{0,1},{2,3}}``
+    (``{}``: all ``devices`` in one group); iota ``[2,4]<=[8]`` or ``[4,2]<=[2,4]T(1,0)``
+    (``arange`` reshaped to the bracket on the right, transposed, its rows the groups); or
+    a mesh ``mesh['axis_0'=2,'axis_1'=4] {'axis_0'}`` (devices numbered row-major over the
+    axes; a group varies the axes in braces and holds the others). A ValueError for any
+    other form (a mesh with device ids or sub-axes)."""
+    text = replica_groups.strip()
+    if text == "{}":
+        return (tuple(range(devices)),)
+    if re.fullmatch(r"\{(\{[\d,\s]*\},?\s*)+\}", text):
+        return tuple(tuple(int(d) for d in re.findall(r"\d+", group))
+                     for group in re.findall(r"\{([^{}]*)\}", text[1:-1]))
+    if iota := _IOTA.fullmatch(text):
+        ids = np.arange(math.prod(int(d) for d in iota[3].split(","))).reshape(
+            [int(d) for d in iota[3].split(",")])
+        if iota[4]:
+            ids = ids.transpose([int(a) for a in iota[4].split(",")])
+        return tuple(tuple(int(i) for i in row) for row in ids.reshape(int(iota[1]), -1))
+    if mesh := _MESH.fullmatch(text):
+        axes = [(name, int(size)) for name, size in re.findall(r"'([^']+)'=(\d+)", mesh[1])]
+        names, sizes = [name for name, _ in axes], [size for _, size in axes]
+        grouped = re.findall(r"'([^']+)'", mesh[2])
+        if not set(grouped) <= set(names):
+            raise ValueError(f"replica groups over axes not in the mesh: {replica_groups}")
+        held = [i for i, name in enumerate(names) if name not in grouped]
+        varied = [names.index(name) for name in grouped]
+        ids = np.arange(math.prod(sizes)).reshape(sizes).transpose(held + varied)
+        return tuple(tuple(int(i) for i in row)
+                     for row in ids.reshape(-1, math.prod(sizes[i] for i in varied)))
+    raise ValueError(f"unknown replica groups {replica_groups!r}: expected {{{{0,1}},...}}, "
+                     f"[2,4]<=[8] or mesh['a'=2,...] {{'a'}}")
 
 
 def summary(found: list[Collective]) -> dict[str, dict[str, int]]:
