@@ -35,16 +35,16 @@ def model(layers=1, hidden=64):
 def test_space_decisions_options_and_followers():
     space = automap.space(model(), MESH, include=blocks_only, axes=["model"])
     assert [d.name for d in space.decisions] == [
-        ".blocks[0].attention.{query,key,value}.weight", ".blocks[0].attention.output.weight",
+        ".blocks[0].attention.qkv.weight", ".blocks[0].attention.output.weight",
         ".blocks[0].mlp_in.weight", ".blocks[0].mlp_out.weight"]
-    assert space.decisions[0].paths == tuple(f".blocks[0].attention.{n}.weight"
-                                             for n in ("query", "key", "value"))
+    assert space.decisions[0].paths == (".blocks[0].attention.qkv.weight",)
+    assert space.decisions[0].shape == (3 * 64, 64)  # queries, keys and values: one weight
     assert space.decisions[2].options == (P(), P("model", None), P(None, "model"))
     assert space.size == 81
     megatron = space.choice(lambda path, shape: spec_of(path, None))
     assert megatron == (1, 2, 1, 2)
     layout = space.layout(megatron)
-    assert layout[".blocks[0].attention.key.bias"] == P("model")  # follows its weight's rows
+    assert layout[".blocks[0].attention.qkv.bias"] == P("model")  # follows its weight's rows
     assert layout[".blocks[0].mlp_out.bias"] == P()  # row-parallel: the bias is whole
     assert layout[".embed.weight"] == P()  # not searched
     assert megatron_layers(layout) == [True] and is_megatron(layout)
@@ -53,11 +53,26 @@ def test_space_decisions_options_and_followers():
     assert "P('model', None)" in layout.table()
 
 
-def test_space_with_both_axes_and_untied():
-    space = automap.space(model(), MESH, include=blocks_only, tie=automap.untied)
-    assert len(space.decisions) == 6
-    # (64, 64): replicated, each of 2 dimensions over model (4) or data (2)
-    assert len(space.decisions[0].options) == 5 and space.size == 5 ** 6
+def test_space_with_both_axes():
+    space = automap.space(model(), MESH, include=blocks_only)
+    assert len(space.decisions) == 4
+    # (192, 64): replicated, each of 2 dimensions over model (4) or data (2)
+    assert len(space.decisions[0].options) == 5 and space.size == 5 ** 4
+
+
+def test_space_tie_makes_one_decision_of_leaves_of_one_shape():
+    def across_layers(path):
+        return re.sub(r"blocks\[\d+\]", "blocks[*]", path)
+
+    space = automap.space(model(layers=2), MESH, include=blocks_only, tie=across_layers,
+                          axes=["model"])
+    assert [d.paths for d in space.decisions][0] == (".blocks[0].attention.qkv.weight",
+                                                     ".blocks[1].attention.qkv.weight")
+    assert space.size == 81  # 4 decisions, each laying out both layers
+    with pytest.raises(ValueError, match=re.escape("tied leaves of .blocks[0].attention.* differ "
+                                                   "in shape: [(64, 64), (192, 64)]")):
+        automap.space(model(), MESH, include=blocks_only,
+                      tie=lambda path: re.sub(r"\.(qkv|output)\.weight", ".*", path))
 
 
 def test_layout_lays_out_an_optimizer_state_that_mirrors_the_model():
@@ -76,8 +91,8 @@ def test_layout_lays_out_an_optimizer_state_that_mirrors_the_model():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"axes": ["pipeline"]}, "unknown mesh axis 'pipeline'; the mesh has data, model"),
-    ({"mesh": AbstractMesh((1, 3), ("data", "model")), "axes": ["model"]},
-     "mesh axis 'model' (size 3) divides no dimension of the searched parameters"),
+    ({"mesh": AbstractMesh((1, 5), ("data", "model")), "axes": ["model"]},
+     "mesh axis 'model' (size 5) divides no dimension of the searched parameters"),
 ])
 def test_space_refuses_bad_axes_in_one_line(kwargs, message):
     mesh = kwargs.pop("mesh", MESH)

@@ -14,10 +14,10 @@ The studies of notebook 10, each a function of a ``Setup`` (the notebook's param
    step.
 
 The model is ``lab.models.transformer.Transformer``; the decisions are its blocks' weight
-matrices (query, key and value tied), everything else replicated; the batch is split over
-``"data"`` of a ``data x model`` mesh. Every cost is read from a compiled program
-(``lab.parallel.cost``): simulated devices share this machine's cores, so throughput cannot
-be measured here, only bytes.
+matrices (queries, keys and values come from one fused weight: one decision), everything
+else replicated; the batch is split over ``"data"`` of a ``data x model`` mesh. Every cost
+is read from a compiled program (``lab.parallel.cost``): simulated devices share this
+machine's cores, so throughput cannot be measured here, only bytes.
 """
 
 import dataclasses

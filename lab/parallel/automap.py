@@ -11,10 +11,12 @@ parameter, and a compiled program prices it (``lab.parallel.cost``), never run.
 - ``space(model, mesh, include=..., tie=..., axes=...)``: the decisions. Each decided leaf
   (by default every array of two or more dimensions) is replicated or has one dimension
   split over one mesh axis, where the axis's size divides it. Leaves with the same ``tie``
-  key are one decision (``tie_qkv``: a layer's query, key and value weights). A ``bias``
-  follows its sibling ``weight``: split over the axis that splits the weight's output
-  rows (``eqx.nn.Linear``'s weight is ``(out, in)``), else replicated. Everything else
-  is replicated.
+  key are one decision; by default (``untied``) each leaf is its own. The Transformer's
+  queries, keys and values come from one fused weight (``attention.qkv``, Megatron-LM's
+  per-head layout), so they are one decision; its row split over heads that divide over
+  the axis gives each device whole heads, as Megatron does. A ``bias`` follows its sibling ``weight``: split over the axis that splits
+  the weight's output rows (``eqx.nn.Linear``'s weight is ``(out, in)``), else
+  replicated. Everything else is replicated.
 - ``Layout``: the spec of every parameter path (``jax.tree_util.keystr``), readable as a
   table; ``layout.spec(path, x)`` also lays out an optimizer state that mirrors the model
   (Adam's ``mu`` and ``nu`` sit at paths ending in the model's). ``lab.parallel`` takes
@@ -35,7 +37,6 @@ The searchers over a space are in ``lab.parallel.search``.
 import dataclasses
 import itertools
 import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -70,12 +71,6 @@ def split(ndim: int, dim: int | None, axis: str | None) -> P:
 def show(spec: P) -> str:
     """``P('model', None)``: a spec as it is written in code."""
     return "P(" + ", ".join(repr(a) for a in spec) + ")"
-
-
-def tie_qkv(path: str) -> str:
-    """One decision for a layer's ``query``, ``key`` and ``value`` weights (the same role:
-    each projects the layer's input into heads)."""
-    return re.sub(r"\.(query|key|value)\.", ".{query,key,value}.", path)
 
 
 def untied(path: str) -> str:
@@ -184,7 +179,7 @@ class Space:
 
 
 def space(model, mesh: Mesh, *, include: Callable[[str, object], bool] = matrices,
-          tie: Callable[[str], str] = tie_qkv, axes: Sequence[str] | None = None) -> Space:
+          tie: Callable[[str], str] = untied, axes: Sequence[str] | None = None) -> Space:
     """The decisions over ``model``'s array leaves (arrays or shapes) on ``mesh``: see the
     module docstring. ``axes`` are the mesh axes a leaf may be split over (by default every
     axis of size above 1). A one-line ValueError, before any compile, for an axis that is

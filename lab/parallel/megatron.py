@@ -2,12 +2,21 @@
 
 Per Transformer block, with the weights of ``eqx.nn.Linear`` stored ``(out, in)``:
 
-- column-parallel (output rows split over the ``model`` axis, whole heads per device):
-  ``query``, ``key``, ``value`` and the MLP's first matmul ``mlp_in``, with their biases;
+- column-parallel (output rows split over the ``model`` axis): the attention's fused
+  query/key/value projection ``qkv`` and the MLP's first matmul ``mlp_in``, with their
+  biases. ``qkv`` is laid out per head as Megatron-LM's ``query_key_value``
+  (``lab.models.transformer.fuse_qkv``), so a row split gives each device whole heads'
+  queries, keys and values;
 - row-parallel (input columns split): the attention's ``output`` projection and the MLP's
-  second matmul ``mlp_out``, whose partial products are summed across the model devices
-  (one all-reduce after attention and one after the MLP, in each direction);
+  second matmul ``mlp_out``, whose partial products are summed across the model devices;
 - everything else (embeddings, LayerNorms, the read-out) replicated.
+
+So, as in Megatron-LM (its ``f`` and ``g`` operators), a block's train step all-reduces
+four ``(B / data) x L x H`` activations over the model axis: the outputs of ``output`` and
+of ``mlp_out`` in the forward pass, the gradients of the inputs of ``qkv`` and of
+``mlp_in`` in the backward pass (XLA may combine several into one instruction). With
+separate query, key and value layers XLA reduced each one's input gradient on its own:
+six, 1.5 times the bytes.
 
 ``megatron_specs(tree)`` gives the ``PartitionSpec`` of every array leaf of a model, or of
 an optimizer state that mirrors it (Adam's moments sit at paths ending in the same names),
@@ -21,12 +30,12 @@ import equinox as eqx
 import jax
 from jax.sharding import PartitionSpec as P
 
-COLUMN = ("query", "key", "value", "mlp_in")
+COLUMN = ("qkv", "mlp_in")
 ROW = ("output", "mlp_out")
 
 
 def _names(path) -> list[str]:
-    if isinstance(path, str):  # a keystr: ".blocks[0].attention.query.weight"
+    if isinstance(path, str):  # a keystr: ".blocks[0].attention.qkv.weight"
         return re.findall(r"\.(\w+)", path)
     return [getattr(k, "name", getattr(k, "key", None)) for k in path]
 
@@ -67,8 +76,8 @@ _BLOCK = re.compile(r"\.blocks\[(\d+)\]\.")
 
 def megatron_layers(layout, axis: str = "model") -> list[bool]:
     """Per Transformer block, in order, whether ``layout`` (a ``lab.parallel.automap.Layout``
-    or a mapping from parameter path to spec) is Megatron's there: the ``query``, ``key``,
-    ``value`` and ``mlp_in`` weights column-parallel (``P(axis, None)``: output rows split)
+    or a mapping from parameter path to spec) is Megatron's there: the ``qkv`` and
+    ``mlp_in`` weights column-parallel (``P(axis, None)``: output rows split)
     and the attention ``output`` and ``mlp_out`` weights row-parallel (``P(None, axis)``).
     Biases, LayerNorms and the rest are not looked at."""
     specs = dict(getattr(layout, "specs", layout))
