@@ -84,6 +84,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from lab.data import retrieval
+from lab.models.transformer import fuse_qkv, split_qkv
 from lab.parallel import cost
 from lab.parallel.ring import ring_self_attention
 from lab.train.sequence_parallel import check_length, init, make_step, sequence_mesh
@@ -93,16 +94,25 @@ optimizer = optax.adam(1e-3)
 # long enough that the (Z, L, L) scores dominate a step's temporaries, which are measured
 # on the same compiled programs
 task = retrieval.Retrieval(length=512, queries=16)
+HEADS = 4
 # causal and two layers: without a mask, attention is the same whatever order the keys and
 # values arrive in (together), and with one layer the loss (at the questions, on the last
 # device, which sees every earlier position) would be too; misplaced chunks would pass
-model, opt_state = eqx.filter_jit(init)(task, optimizer, hidden=32, heads=4, layers=2,
+model, opt_state = eqx.filter_jit(init)(task, optimizer, hidden=32, heads=HEADS, layers=2,
                                         causal=True, key=jax.random.key(0))
 tokens, targets = eqx.filter_jit(retrieval.batch)(task, jax.random.key(1), 2)
-# attention sharper than at initialisation (scores of order 1 to 10, not 0.1), so that which
-# keys meet which queries matters to the loss, not only their mean
-model = eqx.tree_at(lambda m: [block.attention.query.weight for block in m.blocks], model,
-                    replace_fn=lambda w: 10 * w)
+
+
+def sharper(w):
+    # the query rows of a fused qkv weight times 10: attention sharper than at initialisation
+    # (scores of order 1 to 10, not 0.1), so that which keys meet which queries matters to
+    # the loss, not only their mean
+    q, k, v = split_qkv(w, HEADS)
+    return fuse_qkv(10 * q, k, v, HEADS)
+
+
+model = eqx.tree_at(lambda m: [block.attention.qkv.weight for block in m.blocks], model,
+                    replace_fn=sharper)
 
 
 def leaves(tree):
@@ -113,16 +123,21 @@ def max_error(a, b):
     return max(float(np.abs(x - y).max()) for x, y in zip(leaves(a), leaves(b), strict=True))
 
 
-def key_biases(model):
-    return [block.attention.key.bias for block in model.blocks]
+def qkv_biases(model):
+    return [block.attention.qkv.bias for block in model.blocks]
+
+
+def without_key_bias(b):
+    q, k, v = split_qkv(b, HEADS)
+    return fuse_qkv(q, jnp.zeros_like(k), v, HEADS)
 
 
 def without_key_biases(model):
-    # the key projections' biases have zero gradient in exact arithmetic (a constant added
-    # to every key shifts each row of scores by a constant), so Adam's first step,
+    # the key rows of the qkv biases have zero gradient in exact arithmetic (a constant
+    # added to every key shifts each row of scores by a constant), so Adam's first step,
     # lr * g / (|g| + eps), turns their rounding noise (1e-8) into updates of up to lr; their
     # gradients are still compared, through Adam's first moment
-    return eqx.tree_at(key_biases, model, replace_fn=jnp.zeros_like)
+    return eqx.tree_at(qkv_biases, model, replace_fn=without_key_bias)
 
 
 def compiled(mesh, attention="rsa"):
