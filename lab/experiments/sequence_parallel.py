@@ -426,7 +426,9 @@ def communication(devices: list[int], *, batch: int, length: int, hidden: int, h
                   ) -> list[dict[str, Any]]:
     """Bytes each device sends per train step of a one-layer model: collective-permutes of
     RSA, against the paper's 8 (N - 1) B Z (L / N) A elements; and Megatron's all-reduces
-    (operand bytes, and a ring all-reduce's traffic 2 (N - 1) / N times them)."""
+    (operand bytes, and a ring all-reduce's traffic 2 (N - 1) / N times them): four of
+    B L H floats per block, as in Megatron-LM, whose fused query/key/value projection
+    ``lab.models.transformer`` shares (``lab.parallel.megatron``)."""
     rows = []
     for n in devices:
         if n == 1:
