@@ -11,8 +11,14 @@ import optax
 import pytest
 
 from lab.data import retrieval
-from lab.models.transformer import (Attention, Transformer, causal_mask, full_attention,
-                                    fuse_qkv, split_qkv)
+from lab.models.transformer import (
+    Attention,
+    Transformer,
+    causal_mask,
+    full_attention,
+    fuse_qkv,
+    split_qkv,
+)
 from lab.parallel.ring import blockwise_attention
 from lab.train.sequence_parallel import init, make_step, make_train, token_sums
 

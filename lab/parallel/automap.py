@@ -14,9 +14,10 @@ parameter, and a compiled program prices it (``lab.parallel.cost``), never run.
   key are one decision; by default (``untied``) each leaf is its own. The Transformer's
   queries, keys and values come from one fused weight (``attention.qkv``, Megatron-LM's
   per-head layout), so they are one decision; its row split over heads that divide over
-  the axis gives each device whole heads, as Megatron does. A ``bias`` follows its sibling ``weight``: split over the axis that splits
-  the weight's output rows (``eqx.nn.Linear``'s weight is ``(out, in)``), else
-  replicated. Everything else is replicated.
+  the axis gives each device whole heads, as Megatron does. A ``bias`` follows its
+  sibling ``weight``: split over the axis that splits the weight's output rows
+  (``eqx.nn.Linear``'s weight is ``(out, in)``), else replicated. Everything else is
+  replicated.
 - ``Layout``: the spec of every parameter path (``jax.tree_util.keystr``), readable as a
   table; ``layout.spec(path, x)`` also lays out an optimizer state that mirrors the model
   (Adam's ``mu`` and ``nu`` sit at paths ending in the model's). ``lab.parallel`` takes
