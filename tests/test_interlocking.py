@@ -45,10 +45,10 @@ def scales(ps, qs):
     return Stack([Scale(jnp.array(p)) for p in ps], [Scale(jnp.array(q)) for q in qs])
 
 
-def one_sgd_step(stack, n, x, y):
+def one_sgd_step(stack, n, x, y, mode="only"):
     """One step of rule ``n`` with SGD, learning rate 1 (parameters minus gradients)."""
     optimizer = optax.sgd(1.0)
-    step = il.make_step(optimizer, n, fake_loss, il.cross_entropy)
+    step = il.make_step(optimizer, n, fake_loss, il.cross_entropy, mode)
     stack, _, _ = step(stack, optimizer.init(eqx.filter(stack, eqx.is_inexact_array)), x, y)
     return [np.asarray(c.p) for c in stack.components]
 
@@ -66,6 +66,53 @@ def test_rules_match_the_official_hand_computed_cases(n, expected):
     stack = scales([[2.0, 2.0], [3.0, 3.0], [4.0, 4.0]], [[1.0, 1.0]] * 2)
     for got, want in zip(one_sgd_step(stack, n, X, Y), expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# The official repository's skipped tests test__pairwise_sum__ and test__pairwise_mean__
+# (tests/test_model.py): x = [1, 1], components 2, 3, 4, heads 1 (cross-entropy, label 1:
+# every head's logit gradient is [0.5, -0.5]), the true loss's logit gradient 0.1.
+# Component 3: 0.1 * h2 = [0.6, 0.6]. Component 2: through 3, 0.4 * h1 = [0.8, 0.8]; its own
+# head, [0.5, -0.5] * h1 = [1, -1]. Component 1: head 2 through 2, [1.5, -1.5] * x; its own
+# head, [0.5, -0.5] * x.
+@pytest.mark.parametrize("mode, expected", [
+    ("sum", [[0.0, 4.0], [1.2, 3.2], [3.4, 3.4]]),  # [2, -2], [1.8, -0.2], [0.6, 0.6]
+    ("mean", [[1.0, 3.0], [2.1, 3.1], [3.4, 3.4]]),  # [1, -1], [0.9, -0.1], [0.6, 0.6]
+])
+def test_pairwise_sum_and_mean_match_the_official_hand_computed_cases(mode, expected):
+    stack = scales([[2.0, 2.0], [3.0, 3.0], [4.0, 4.0]], [[1.0, 1.0]] * 2)
+    for got, want in zip(one_sgd_step(stack, 2, X, Y, mode), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode, expected", [
+    # 3-wise alone (the distance-two case below): [6, -6], [4, 4], [3, 3], [2.4, 2.4]; own
+    # heads: [0.5, -0.5] * x, * h1 = [2, 2], * h2 = [6, 6]; the last on the true loss alone
+    ("sum", [[-4.5, 8.5], [-2.0, 0.0], [-2.0, 4.0], [2.6, 2.6]]),
+    ("mean", [[-1.25, 5.25], [0.5, 1.5], [1.0, 4.0], [2.6, 2.6]]),
+])
+def test_three_wise_sum_and_mean_add_each_components_own_head_by_hand(mode, expected):
+    stack = scales([[2.0, 2.0], [3.0, 3.0], [4.0, 4.0], [5.0, 5.0]], [[1.0, 1.0]] * 3)
+    for got, want in zip(one_sgd_step(stack, 3, X, Y, mode), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_modes_agree_where_a_component_has_one_loss():
+    # local learning: every component's target is its own loss
+    stack = mlp_stack(jax.random.key(7))
+    x, y = batch(jax.random.key(8))
+    only, _ = il.gradients(stack, x, y, 1, il.cross_entropy)
+    for mode in ("sum", "mean"):
+        got, _ = il.gradients(stack, x, y, 1, il.cross_entropy, mode=mode)
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(only), strict=True):
+            np.testing.assert_array_equal(g, w)
+    # pairwise-sum: the last two components train on the true loss, component 3 plus its
+    # own head; every head is trained (pairwise alone leaves head 1 as it is)
+    pair, _ = il.gradients(stack, x, y, 2, il.cross_entropy)
+    total, metrics = il.gradients(stack, x, y, 2, il.cross_entropy, mode="sum")
+    np.testing.assert_array_equal(total.components[3].linear.weight,
+                                  pair.components[3].linear.weight)
+    assert np.isfinite(metrics.head_losses).all()
+    assert np.any(np.asarray(total.heads[0].weight))
 
 
 def test_global_matches_the_official_scalar_case():
@@ -152,6 +199,16 @@ def test_targets_and_named_rules():
     assert il.targets(4, 3) == (2, 3, 3, 3)
     assert il.targets(4, 4) == (3, 3, 3, 3)
     assert [il.rule_n(r, 4) for r in il.RULES] == [4, 1, 2, 3]
+    assert il.trained_on(4, 2, "sum") == ((0, 1), (1, 2), (2, 3), (3,))
+    assert il.trained_on(4, 2, "mean") == il.trained_on(4, 2, "sum")
+    assert il.trained_on(4, 2) == ((1,), (2,), (3,), (3,))
+    assert il.parse_rule("pairwise", 4) == (2, "only")
+    assert il.parse_rule("pairwise-sum", 4) == (2, "sum")
+    assert il.parse_rule("3-wise-mean", 4) == (3, "mean")
+    with pytest.raises(ValueError, match="^unknown rule 'pairwise-max'; use global"):
+        il.parse_rule("pairwise-max", 4)
+    with pytest.raises(ValueError, match="^unknown mode 'max'; choose from only, sum, mean$"):
+        il.make_step(optax.sgd(1.0), 2, il.cross_entropy, mode="max")
 
 
 @pytest.mark.parametrize("n, message", [
@@ -241,6 +298,21 @@ def test_schedule_four_devices_pairwise_by_hand():
     assert timeline.time_per_batch == 7.25
 
 
+def test_schedule_plan_of_pairwise_sum_adds_each_components_own_head():
+    assert [[o.label for o in d] for d in schedule.plan(4, 2, "sum")] == [
+        ["forward", "head:0", "params:0", "params:1", "update"],
+        ["forward", "head:1", "full:1", "params:2", "update"],
+        ["forward", "head:2", "full:2", "params:3", "update"],
+        ["forward", "head:3", "full:3", "update"]]
+    assert schedule.plan(4, 2, "mean") == schedule.plan(4, 2, "sum")
+    assert schedule.plan(4, 1, "sum") == schedule.plan(4, 1)  # local: one loss each
+    # unit op times: device 0 runs forward, head, params, params, update = 4 a batch alone,
+    # one more than pairwise alone (head:0 and params:0 replace nothing)
+    times = unit_times(4)
+    assert (schedule.summary(4, 2, times, mode="sum")["serial"]
+            == schedule.summary(4, 2, times)["serial"] + 2)
+
+
 def test_schedule_orders_rules_by_how_far_they_wait():
     times = unit_times(4, input=[2.0] * 4, params=[2.0] * 4, full=[3.0] * 4)
     per_batch = [schedule.summary(4, n, times)["time_per_batch"] for n in (1, 2, 3, 4)]
@@ -260,14 +332,15 @@ from tests.test_interlocking import mlp_stack, batch
 facts = {}
 optimizer = optax.adam(0.01)
 batches = [tuple(np.asarray(a) for a in batch(jax.random.key(10 + b))) for b in range(5)]
-for n in (1, 2, 3, 4):
+for n, mode in ((1, "only"), (2, "only"), (3, "only"), (4, "only"), (2, "sum"), (3, "mean")):
     stack = mlp_stack(jax.random.key(0))
-    step = il.make_step(optimizer, n, il.cross_entropy)
+    step = il.make_step(optimizer, n, il.cross_entropy, mode=mode)
     state = optimizer.init(eqx.filter(stack, eqx.is_inexact_array))
     want = stack
     for x, y in batches:
         want, state, _ = step(want, state, x, y)
-    got, timeline = run_pipeline(stack, n, batches, il.cross_entropy, None, optimizer)
+    got, timeline = run_pipeline(stack, n, batches, il.cross_entropy, None, optimizer,
+                                 mode=mode)
     error = max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(
         jax.tree.leaves(eqx.filter(got, eqx.is_inexact_array)),
         jax.tree.leaves(eqx.filter(want, eqx.is_inexact_array))))
@@ -275,9 +348,9 @@ for n in (1, 2, 3, 4):
     # the schedule model replays the measured durations: no op may start later than it did
     durations = {(e.batch, e.op.component, e.op.label): e.end - e.start for e in timeline.events}
     zero = schedule.Times(*([[0.0] * 4] * 6))
-    replay = schedule.simulate(4, n, zero, len(batches), durations).starts()
+    replay = schedule.simulate(4, n, zero, len(batches), durations, mode).starts()
     late = max(replay[key] - start for key, start in timeline.starts().items())
-    facts[n] = {"error": error, "events": len(timeline.events), "late": late,
+    facts[f"{n} {mode}"] = {"error": error, "events": len(timeline.events), "late": late,
                 "per_device": [sum(1 for e in timeline.events if e.op.component == k)
                                for k in range(4)]}
 print(json.dumps(facts))
@@ -286,8 +359,10 @@ print(json.dumps(facts))
 
 def test_pipeline_on_four_devices_equals_the_jitted_steps_and_the_model_replays_it():
     facts = json.loads(run(PIPELINE_SCRIPT, devices=4).splitlines()[-1])
-    for n in ("1", "2", "3", "4"):
-        assert facts[n]["error"] < 1e-5, facts
-        plan = schedule.plan(4, int(n))
-        assert facts[n]["per_device"] == [5 * len(d) for d in plan]
-        assert facts[n]["late"] <= 1e-9, facts  # the model's dependencies are the real ones
+    assert len(facts) == 6
+    for key, fact in facts.items():
+        n, mode = key.split()
+        assert fact["error"] < 1e-5, facts
+        plan = schedule.plan(4, int(n), mode)
+        assert fact["per_device"] == [5 * len(d) for d in plan]
+        assert fact["late"] <= 1e-9, facts  # the model's dependencies are the real ones

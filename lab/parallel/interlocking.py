@@ -12,7 +12,8 @@ One component per device. For each batch, component ``k``'s device runs, in orde
    loss ``t`` crosses ``f_k`` when some component ``j <= k <= t`` is trained on it. Each waits
    for its cotangent (its own head's, or the message of loss ``t`` from component
    ``k + 1``), pulls it back to the input (``input``: a message for ``k - 1``), to the
-   parameters (``params``, when ``t`` is ``k``'s target), or to both (``full``);
+   parameters (``params``, when ``t`` trains ``k``: its target, and under the modes ``sum``
+   and ``mean`` its own loss too), or to both (``full``);
 4. ``update``: the optimizer step; then the next batch.
 
 Local learning has no messages (every device runs ``forward, head, params, update``
@@ -26,7 +27,7 @@ and end, the time per batch and each device's utilisation.
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from lab.train.interlocking import targets
+from lab.train.interlocking import trained_on
 
 OPS = ("forward", "head", "input", "params", "full", "update")
 
@@ -45,12 +46,12 @@ class Op:
         return self.kind if self.loss is None else f"{self.kind}:{self.loss}"
 
 
-def plan(components: int, n: int) -> list[list[Op]]:
-    """Each device's ops for one batch, in order, under rule ``n``."""
-    target = targets(components, n)
+def plan(components: int, n: int, mode: str = "only") -> list[list[Op]]:
+    """Each device's ops for one batch, in order, under rule ``n`` in ``mode``."""
     users: dict[int, list[int]] = {}
-    for j, t in enumerate(target):
-        users.setdefault(t, []).append(j)
+    for j, losses in enumerate(trained_on(components, n, mode)):
+        for t in losses:
+            users.setdefault(t, []).append(j)
     ops = []
     for k in range(components):
         device = [Op(k, "forward")]
@@ -59,7 +60,7 @@ def plan(components: int, n: int) -> list[list[Op]]:
         for t in sorted(users):
             if not min(users[t]) <= k <= t:
                 continue
-            to_input, to_params = min(users[t]) < k, target[k] == t
+            to_input, to_params = min(users[t]) < k, k in users[t]
             kind = "full" if to_input and to_params else "input" if to_input else "params"
             device.append(Op(k, kind, t))
         device.append(Op(k, "update"))
@@ -129,11 +130,12 @@ class Timeline:
 
 
 def simulate(components: int, n: int, times: Times, batches: int,
-             durations: Mapping[tuple[int, int, str], float] | None = None) -> Timeline:
-    """Play ``batches`` batches of rule ``n`` on ``components`` devices. ``durations``
-    (``(batch, component, op label) -> seconds``) overrides ``times`` op by op: a measured
-    run replayed through the model."""
-    ops = plan(components, n)
+             durations: Mapping[tuple[int, int, str], float] | None = None,
+             mode: str = "only") -> Timeline:
+    """Play ``batches`` batches of rule ``n`` (in ``mode``) on ``components`` devices.
+    ``durations`` (``(batch, component, op label) -> seconds``) overrides ``times`` op by op:
+    a measured run replayed through the model."""
+    ops = plan(components, n, mode)
     free = [0.0] * components  # when each device finished its previous batch
     events: list[Event] = []
 
@@ -174,10 +176,12 @@ def simulate(components: int, n: int, times: Times, batches: int,
     return Timeline(events, components, batches)
 
 
-def summary(components: int, n: int, times: Times, batches: int = 16) -> dict:
-    """Time per batch, utilisation and the serial compute of one batch under rule ``n``."""
-    timeline = simulate(components, n, times, batches)
-    serial = sum(times.of(op) for device in plan(components, n) for op in device)
+def summary(components: int, n: int, times: Times, batches: int = 16,
+            mode: str = "only") -> dict:
+    """Time per batch, utilisation and the serial compute of one batch under rule ``n`` in
+    ``mode``."""
+    timeline = simulate(components, n, times, batches, mode=mode)
+    serial = sum(times.of(op) for device in plan(components, n, mode) for op in device)
     return {"time_per_batch": timeline.time_per_batch, "serial": serial,
             "utilisation": timeline.utilisation(),
             "mean_utilisation": sum(timeline.utilisation()) / components}

@@ -32,7 +32,7 @@ import optax
 
 from lab.models.interlocking import Stack
 from lab.parallel.interlocking import Event, Timeline, Times, plan
-from lab.train.interlocking import Loss, head_gradients
+from lab.train.interlocking import Loss, combine, head_gradients
 
 
 class Stopped(Exception):
@@ -79,8 +79,10 @@ def _zeros_like(tree):
 def run_pipeline(stack: Stack, n: int, batches: Sequence[tuple[np.ndarray, np.ndarray]],
                  loss: Loss, head_loss: Loss | None, optimizer: optax.GradientTransformation,
                  devices: Sequence | None = None, timeout: float = 600.0,
-                 ops: ComponentOps | None = None) -> tuple[Stack, Timeline]:
-    """Train ``stack`` with rule ``n`` on ``batches``, component ``k`` on ``devices[k]``
+                 ops: ComponentOps | None = None, mode: str = "only"
+                 ) -> tuple[Stack, Timeline]:
+    """Train ``stack`` with rule ``n`` in ``mode`` on ``batches``, component ``k`` on
+    ``devices[k]``
     (the first ``K`` devices by default), one thread per device. Returns the trained stack
     and the measured timeline (seconds from the start). A thread's exception is raised here
     after every thread has stopped. Pass ``ops`` to reuse compiled ops across runs."""
@@ -90,7 +92,7 @@ def run_pipeline(stack: Stack, n: int, batches: Sequence[tuple[np.ndarray, np.nd
     if len(devices) < count:
         raise ValueError(f"{count} components need {count} devices, got {len(devices)}")
     ops = ComponentOps(loss, head_loss, optimizer) if ops is None else ops
-    schedule = plan(count, n)
+    schedule = plan(count, n, mode)
     heads = list(stack.heads) + [None]
     pairs = [jax.device_put((c, h), d)
              for c, h, d in zip(stack.components, heads, devices[:count], strict=True)]
@@ -132,7 +134,7 @@ def run_pipeline(stack: Stack, n: int, batches: Sequence[tuple[np.ndarray, np.nd
                 h_in = jax.device_put(x if k == 0 else get(forward_q[k]), device)
                 component, head = pair
                 cotangent, head_grads = {}, None
-                grads = None
+                parts = []  # the parameters' gradient of each loss that trains k, in order
                 for op in schedule[k]:
                     if op.kind == "forward":
                         h, vjp = timed(b, op, ops.forward, component, h_in)
@@ -143,8 +145,7 @@ def run_pipeline(stack: Stack, n: int, batches: Sequence[tuple[np.ndarray, np.nd
                     elif op.kind == "head":
                         _, head_grads, cotangent[k] = timed(b, op, ops.head, head, h, y)
                     elif op.kind == "update":
-                        if grads is None:
-                            grads = _zeros_like(component)
+                        grads = combine(parts, mode) if parts else _zeros_like(component)
                         if head is not None and head_grads is None:
                             head_grads = _zeros_like(head)
                         pair, state = timed(b, op, ops.update, pair, state, (grads, head_grads))
@@ -155,11 +156,11 @@ def run_pipeline(stack: Stack, n: int, batches: Sequence[tuple[np.ndarray, np.nd
                             cotangent[op.loss] = jax.device_put(message, device)
                         out = timed(b, op, getattr(ops, op.kind), vjp, cotangent[op.loss])
                         if op.kind == "params":
-                            grads = out
+                            parts.append(out)
                         elif op.kind == "input":
                             back_q[k - 1].put((op.loss, out))
                         else:
-                            grads = out[0]
+                            parts.append(out[0])
                             back_q[k - 1].put((op.loss, out[1]))
             pairs[k] = pair
         except Stopped:

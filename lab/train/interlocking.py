@@ -25,6 +25,25 @@ difference: the official n-wise component also backpropagates losses that no com
 behind it uses (a head's loss at distance ``n - 1`` past the first component); here only the
 messages some component consumes are computed (the parameters' updates are the same).
 
+**Modes** (``MODES``; a rule's name ends in ``-sum`` or ``-mean`` to pick one, e.g.
+``"pairwise-sum"``): how a component combines its target's gradient with its own head's.
+
+- ``"only"`` (the default, and the rule names without a suffix): the target's gradient
+  alone, as above. The official code's ``PairwiseComponent`` and ``NwiseComponent``
+  ("pairwise only"), the only pairwise mode its released version implements.
+- ``"sum"``: component ``k`` also uses its own loss ``L_k`` (its head's, input detached):
+  its gradient is ``dL_{t(k)}/dtheta_k + dL_k/dtheta_k``. The official repository's
+  ``pairwise_grad_mode="sum"``, kept there only as the skipped test
+  ``test__pairwise_sum__backward_pass__main_net_parameters_updated_correctly``
+  (``tests/test_model.py``), whose hand-computed case ``tests/test_interlocking.py`` checks.
+- ``"mean"``: the mean of the two, ``(dL_{t(k)}/dtheta_k + dL_k/dtheta_k) / 2``: the
+  official ``pairwise_grad_mode="mean"`` (its skipped test ``test__pairwise_mean__...``).
+
+Where a component's target is its own loss (the last component; every component under
+local learning) it has one gradient and the modes agree. Under ``sum`` and ``mean`` every
+head is used. The official code defines the two modes for pairwise only; here they apply to
+any ``n`` in the same way (own loss plus the loss ``n - 1`` components ahead).
+
 How: a forward pass records each component's VJP at its (detached) input; for each target
 loss the cotangent of ``h_t`` is pulled back through ``f_t, f_{t-1}, ...`` down to the
 components that use it, keeping each one's parameter cotangent where ``t(k) = t``. Under
@@ -48,19 +67,32 @@ from lab.models.interlocking import Stack
 
 Loss = Callable[[jax.Array, jax.Array], jax.Array]
 RULES = ("global", "local", "pairwise", "3-wise")
+MODES = ("only", "sum", "mean")
+
+
+def parse_rule(rule: str, components: int) -> tuple[int, str]:
+    """``(n, mode)`` of a named rule: global ``K``, local 1, pairwise 2, ``"<n>-wise"``
+    ``n``; a suffix ``-sum`` or ``-mean`` picks that mode (``"pairwise-sum"``), none
+    ``"only"``."""
+    name, mode = rule, "only"
+    for suffix in MODES[1:]:
+        if rule.endswith("-" + suffix):
+            name, mode = rule[:-len(suffix) - 1], suffix
+    if name == "global":
+        return components, mode
+    if name == "local":
+        return 1, mode
+    if name == "pairwise":
+        return 2, mode
+    if name.endswith("-wise") and name[:-5].isdigit():
+        return int(name[:-5]), mode
+    raise ValueError(f"unknown rule {rule!r}; use global, local, pairwise or '<n>-wise', "
+                     "optionally ending in -sum or -mean")
 
 
 def rule_n(rule: str, components: int) -> int:
-    """The ``n`` of a named rule: global ``K``, local 1, pairwise 2, ``"<n>-wise"`` ``n``."""
-    if rule == "global":
-        return components
-    if rule == "local":
-        return 1
-    if rule == "pairwise":
-        return 2
-    if rule.endswith("-wise") and rule[:-5].isdigit():
-        return int(rule[:-5])
-    raise ValueError(f"unknown rule {rule!r}; use global, local, pairwise or '<n>-wise'")
+    """The ``n`` of a named rule (``parse_rule``)."""
+    return parse_rule(rule, components)[0]
 
 
 def targets(components: int, n: int) -> tuple[int, ...]:
@@ -68,6 +100,31 @@ def targets(components: int, n: int) -> tuple[int, ...]:
     ``K - 1`` is the true loss)."""
     check_n(components, n)
     return tuple(min(k + n - 1, components - 1) for k in range(components))
+
+
+def trained_on(components: int, n: int, mode: str = "only") -> tuple[tuple[int, ...], ...]:
+    """Zero-based: the losses whose gradients train component ``k``, nearest first: its
+    target alone (``"only"``), or its own loss ``k`` and its target (``"sum"``, ``"mean"``;
+    one loss where they are the same)."""
+    check_mode(mode)
+    return tuple((t,) if mode == "only" or t == k else (k, t)
+                 for k, t in enumerate(targets(components, n)))
+
+
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+
+
+def combine(parts: list, mode: str):
+    """A component's gradient from its losses' gradients (``trained_on``'s order): the sum
+    under ``"only"`` and ``"sum"`` (one part under ``"only"``), the mean under ``"mean"``."""
+    total = parts[0]
+    for part in parts[1:]:
+        total = jax.tree.map(jnp.add, total, part)
+    if mode == "mean" and len(parts) > 1:
+        total = jax.tree.map(lambda g: g / len(parts), total)
+    return total
 
 
 def check_n(components: int, n: int) -> None:
@@ -79,20 +136,22 @@ def check_n(components: int, n: int) -> None:
                          f"n = 1 is local learning, n = {components} global")
 
 
-def check_structure(stack: Stack, n: int) -> None:
-    """One-line ValueErrors for ``n`` outside ``1 ... K``, one component, or a number of
-    heads other than ``K - 1`` (``gradients`` checks this while tracing, before compiling)."""
+def check_structure(stack: Stack, n: int, mode: str = "only") -> None:
+    """One-line ValueErrors for ``n`` outside ``1 ... K``, an unknown mode, one component,
+    or a number of heads other than ``K - 1`` (``gradients`` checks this while tracing,
+    before compiling)."""
     k = len(stack.components)
     check_n(k, n)
+    check_mode(mode)
     if len(stack.heads) != k - 1:
         raise ValueError(f"{len(stack.heads)} heads do not match {k} components; give one "
                          f"head per component but the last ({k - 1})")
 
 
-def check(stack: Stack, example: jax.Array, n: int) -> None:
-    """One-line ValueErrors for a stack that cannot be trained with ``n``, from shapes only
-    (``jax.eval_shape``: nothing is compiled)."""
-    check_structure(stack, n)
+def check(stack: Stack, example: jax.Array, n: int, mode: str = "only") -> None:
+    """One-line ValueErrors for a stack that cannot be trained with ``n`` and ``mode``, from
+    shapes only (``jax.eval_shape``: nothing is compiled)."""
+    check_structure(stack, n, mode)
     h = jax.ShapeDtypeStruct(jnp.shape(example), jnp.asarray(example).dtype)
     for i, (component, head) in enumerate(zip(stack.components, stack.heads, strict=False)):
         try:
@@ -124,13 +183,17 @@ class Metrics(NamedTuple):
 
 
 def gradients(stack: Stack, x: jax.Array, y: jax.Array, n: int, loss: Loss,
-              head_loss: Loss | None = None) -> tuple[Stack, Metrics]:
-    """The n-wise gradients of every parameter of ``stack`` on the batch ``(x, y)`` (see the
-    module docstring), as a pytree shaped like ``eqx.filter(stack, eqx.is_inexact_array)``."""
-    check_structure(stack, n)
+              head_loss: Loss | None = None, mode: str = "only") -> tuple[Stack, Metrics]:
+    """The n-wise gradients (in ``mode``) of every parameter of ``stack`` on the batch
+    ``(x, y)`` (see the module docstring), as a pytree shaped like
+    ``eqx.filter(stack, eqx.is_inexact_array)``."""
+    check_structure(stack, n, mode)
     head_loss = loss if head_loss is None else head_loss
     count = len(stack.components)
-    target = targets(count, n)
+    users: dict[int, list[int]] = {}  # loss -> the components it trains
+    for k, losses in enumerate(trained_on(count, n, mode)):
+        for t in losses:
+            users.setdefault(t, []).append(k)
 
     vjps, h = [], x
     for component in stack.components:
@@ -139,7 +202,7 @@ def gradients(stack: Stack, x: jax.Array, y: jax.Array, n: int, loss: Loss,
 
     # each used loss's value, its cotangent on h_t, and its head's gradient (input detached)
     cotangent, head_grads, head_values = {}, {}, jnp.full(count - 1, jnp.nan)
-    for t in sorted(set(target)):
+    for t in sorted(users):
         h_t = vjps[t][0]
         if t == count - 1:  # the true loss: every rule trains the last component on it
             true_loss, cotangent[t] = jax.value_and_grad(loss)(h_t, y)
@@ -147,29 +210,30 @@ def gradients(stack: Stack, x: jax.Array, y: jax.Array, n: int, loss: Loss,
             value, head_grads[t], cotangent[t] = head_gradients(head_loss, stack.heads[t], h_t, y)
             head_values = head_values.at[t].set(value)
 
-    grads: list = [None] * count
-    for t, c in cotangent.items():
-        users = [k for k in range(count) if target[k] == t]
-        for k in range(t, min(users) - 1, -1):
+    parts: list[list] = [[] for _ in range(count)]  # each component's, nearest loss first
+    for t in sorted(users):
+        c = cotangent[t]
+        for k in range(t, min(users[t]) - 1, -1):
             d_params, d_input = vjps[k][1](c)
-            if target[k] == t:
-                grads[k] = d_params
+            if k in users[t]:
+                parts[k].append(d_params)
             c = d_input
     params = eqx.filter(stack, eqx.is_inexact_array)
     heads = [head_grads[t] if t in head_grads else jax.tree.map(jnp.zeros_like, p)
              for t, p in enumerate(params.heads)]
-    return Stack(grads, heads), Metrics(true_loss, head_values)
+    return Stack([combine(p, mode) for p in parts], heads), Metrics(true_loss, head_values)
 
 
 def make_step(optimizer: optax.GradientTransformation, n: int, loss: Loss,
-              head_loss: Loss | None = None):
+              head_loss: Loss | None = None, mode: str = "only"):
     """``step(stack, opt_state, x, y) -> (stack, opt_state, metrics)``: one jitted n-wise
-    step with one optax optimizer over every component and head. ``opt_state`` is
-    ``optimizer.init(eqx.filter(stack, eqx.is_inexact_array))``."""
+    step (in ``mode``) with one optax optimizer over every component and head.
+    ``opt_state`` is ``optimizer.init(eqx.filter(stack, eqx.is_inexact_array))``."""
+    check_mode(mode)
 
     @eqx.filter_jit
     def step(stack, opt_state, x, y):
-        grads, metrics = gradients(stack, x, y, n, loss, head_loss)
+        grads, metrics = gradients(stack, x, y, n, loss, head_loss, mode)
         params = eqx.filter(stack, eqx.is_inexact_array)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return eqx.apply_updates(stack, updates), opt_state, metrics
@@ -189,8 +253,9 @@ def make_train(init: Callable[[jax.Array], Stack],
                sample: Callable[[Any, jax.Array], tuple[jax.Array, jax.Array]],
                evaluate: Callable[[Any, Stack], dict], n: int,
                optimizer: optax.GradientTransformation, loss: Loss,
-               head_loss: Loss | None, eval_every: int):
-    """``(train, start, chunk, measure)`` for rule ``n``, each over a batch of seeds:
+               head_loss: Loss | None, eval_every: int, mode: str = "only"):
+    """``(train, start, chunk, measure)`` for rule ``n`` in ``mode``, each over a batch of
+    seeds:
 
     - ``start(keys) -> state``: parameters and optimizer states (``state = (params,
       opt_state)``, leading axis the seeds), built eagerly;
@@ -204,6 +269,7 @@ def make_train(init: Callable[[jax.Array], Stack],
 
     ``data`` is a pytree of arrays passed in, never closed over (a closed-over data set is
     compiled into the program as a constant)."""
+    check_mode(mode)
     static = eqx.partition(init(jax.random.key(0)), eqx.is_inexact_array)[1]
 
     def start_one(key):
@@ -214,7 +280,8 @@ def make_train(init: Callable[[jax.Array], Stack],
         def one(carry, key):
             params, opt_state = carry
             x, y = sample(data, key)
-            grads, metrics = gradients(eqx.combine(params, static), x, y, n, loss, head_loss)
+            grads, metrics = gradients(eqx.combine(params, static), x, y, n, loss, head_loss,
+                                       mode)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (eqx.apply_updates(params, updates), opt_state), metrics.loss
 
@@ -258,9 +325,9 @@ def local(optimizer, loss: Loss, head_loss: Loss | None = None):
     return make_step(optimizer, 1, loss, head_loss)
 
 
-def nwise(optimizer, n: int, loss: Loss, head_loss: Loss | None = None):
-    """Interlocking with reach ``n`` (pairwise: ``n = 2``)."""
-    return make_step(optimizer, n, loss, head_loss)
+def nwise(optimizer, n: int, loss: Loss, head_loss: Loss | None = None, mode: str = "only"):
+    """Interlocking with reach ``n`` (pairwise: ``n = 2``) in ``mode`` (``MODES``)."""
+    return make_step(optimizer, n, loss, head_loss, mode)
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
