@@ -46,9 +46,10 @@ any ``n`` in the same way (own loss plus the loss ``n - 1`` components ahead).
 
 How: a forward pass records each component's VJP at its (detached) input; for each target
 loss the cotangent of ``h_t`` is pulled back through ``f_t, f_{t-1}, ...`` down to the
-components that use it, keeping each one's parameter cotangent where ``t(k) = t``. Under
-``jit`` XLA drops every cotangent no one reads, so local learning does one backward pass per
-component and ``n``-wise up to ``n``.
+components that use it, keeping each one's parameter cotangent where loss ``t`` trains it
+(``trained_on``), then ``combine`` sums or averages a component's parts. Under ``jit`` XLA
+drops every cotangent no one reads, so local learning does one backward pass per component
+and ``n``-wise up to ``n``.
 
 A loss is a pure function ``loss(logits, labels) -> scalar`` of the batch (``logits`` from
 ``jax.vmap`` of a component or head); ``head_loss`` (default: ``loss``) is the heads'.
