@@ -11,7 +11,14 @@ import numpy as np
 import optax
 import pytest
 
-from lab.models.interlocking import Stack, char_transformer, resnet
+from lab.models.interlocking import (
+    BlockHead,
+    ReadOut,
+    Stack,
+    char_transformer,
+    parameter_counts,
+    resnet,
+)
 from lab.parallel import interlocking as schedule
 from lab.train import interlocking as il
 from tests.devices import run
@@ -245,6 +252,44 @@ def test_resnet_and_transformer_stacks_pass_their_checks():
     text = char_transformer(20, hidden=16, heads=2, length=8, key=jax.random.key(0))
     il.check(text, jnp.zeros(8, jnp.int32), 3)
     assert jax.eval_shape(text, jnp.zeros(8, jnp.int32)).shape == (8, 20)
+
+
+def test_char_transformer_parameter_counts_by_hand():
+    vocab, h, length = 20, 16, 8
+    # a block: two LayerNorms 2 x 2h, the fused qkv 3h x h + 3h, the output h x h + h, the
+    # MLP 4h x h + 4h and h x 4h + h
+    block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (4 * h * h + 4 * h) + (4 * h * h + h)
+    readout = 2 * h + h * vocab + vocab  # LayerNorm, then the linear read-out
+    for head_blocks in (0, 1, 2):
+        stack = char_transformer(vocab, hidden=h, heads=2, length=length,
+                                 head_blocks=head_blocks, key=jax.random.key(0))
+        counts = parameter_counts(stack)
+        assert counts["components"] == [vocab * h + length * h + block, block, block,
+                                        block + readout]
+        assert counts["heads"] == [head_blocks * block + readout] * 3
+    with pytest.raises(ValueError, match="^head_blocks must be at least 0, got -1$"):
+        char_transformer(vocab, hidden=h, heads=2, length=length, head_blocks=-1,
+                         key=jax.random.key(0))
+
+
+def test_block_heads_are_causal_and_zero_blocks_keep_the_read_out_head():
+    plain = char_transformer(20, hidden=16, heads=2, length=8, key=jax.random.key(3))
+    blocks = char_transformer(20, hidden=16, heads=2, length=8, head_blocks=1,
+                              key=jax.random.key(3))
+    assert all(isinstance(head, ReadOut) for head in plain.heads)
+    assert all(isinstance(head, BlockHead) for head in blocks.heads)
+    # the components are the same with or without head blocks
+    for a, b in zip(jax.tree.leaves(plain.components), jax.tree.leaves(blocks.components),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+    il.check(blocks, jnp.zeros(8, jnp.int32), 2)
+    h = jax.random.normal(jax.random.key(4), (8, 16))
+    # a later position cannot change an earlier prediction (a random change: LayerNorm
+    # removes a constant shift)
+    changed = h.at[5].add(jax.random.normal(jax.random.key(5), (16,)))
+    head = blocks.heads[0]
+    np.testing.assert_allclose(head(h)[:5], head(changed)[:5], rtol=1e-6, atol=1e-6)
+    assert not np.allclose(head(h)[5], head(changed)[5])
 
 
 # the schedule model ------------------------------------------------------------------------

@@ -21,8 +21,14 @@ Two families, each taking ONE example per call (batch with ``jax.vmap``):
 - ``char_transformer(...)``: a causal character-level Transformer language model
   (``lab.models.transformer.Block``, pre-LN) with one block per component; the first also
   embeds tokens and positions, the last ends in LayerNorm + read-out. Each head is
-  LayerNorm + a linear read-out to the vocabulary (the paper's Transformer heads are not
-  public; this is the smallest head that predicts the next character).
+  ``head_blocks`` causal Transformer blocks of its own (``BlockHead``), then LayerNorm + a
+  linear read-out to the vocabulary; ``head_blocks = 0`` is the read-out alone
+  (``ReadOut``), the smallest head that predicts the next character. **This text set-up is
+  ours:** the paper's Transformer code and heads were never released (the official
+  repository, oscarkey/interlocking-backprop, has the ResNet only). A read-out alone reads
+  a stream that no block is trained for it; a block gives the head its own features, as
+  the ResNet's conv heads have. ``parameter_counts`` gives the heads' sizes beside the
+  components'.
 
 Convolutions are ``lab.models.conv.conv2d`` (patches then one matmul: the fastest correct
 formulation on this CPU) with explicit SAME padding.
@@ -255,6 +261,24 @@ class ReadOut(eqx.Module):
         return jax.vmap(lambda v: self.linear(self.norm(v)))(x)
 
 
+class BlockHead(eqx.Module):
+    """An auxiliary head of its own causal Transformer blocks, then the read-out:
+    ``(L, hidden) -> (L, vocab)``."""
+
+    blocks: list[Block]
+    readout: ReadOut
+
+    def __init__(self, hidden: int, heads: int, vocab: int, blocks: int, *, key: jax.Array):
+        kb, kr = jax.random.split(key)
+        self.blocks = [Block(hidden, heads, key=k) for k in jax.random.split(kb, blocks)]
+        self.readout = ReadOut(hidden, vocab, key=kr)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for block in self.blocks:
+            x = block(x, full_attention, True)
+        return self.readout(x)
+
+
 class Last(eqx.Module):
     """The last component: a block, then the read-out."""
 
@@ -270,14 +294,32 @@ class Last(eqx.Module):
 
 
 def char_transformer(vocab: int, hidden: int = 64, heads: int = 4, length: int = 64,
-                     components: int = 4, *, key: jax.Array) -> Stack:
+                     components: int = 4, head_blocks: int = 0, *, key: jax.Array) -> Stack:
     """A causal character LM over sequences of ``length`` tokens: one block per component
-    (at least 2 components), ``components - 1`` read-out heads."""
+    (at least 2 components), ``components - 1`` heads of ``head_blocks`` blocks and a
+    read-out (0: the read-out alone, ``ReadOut``, initialised as before heads had blocks)."""
     if components < 2:
         raise ValueError(f"the language model needs at least 2 components, got {components}")
+    if head_blocks < 0:
+        raise ValueError(f"head_blocks must be at least 0, got {head_blocks}")
     keys = jax.random.split(key, 2 * components)
     parts: list[Callable] = [Embed(vocab, hidden, heads, length, key=keys[0])]
     parts += [Middle(hidden, heads, key=k) for k in keys[1:components - 1]]
     parts.append(Last(hidden, heads, vocab, key=keys[components - 1]))
-    heads_ = [ReadOut(hidden, vocab, key=k) for k in keys[components:2 * components - 1]]
+    head_keys = keys[components:2 * components - 1]
+    if head_blocks == 0:
+        heads_ = [ReadOut(hidden, vocab, key=k) for k in head_keys]
+    else:
+        heads_ = [BlockHead(hidden, heads, vocab, head_blocks, key=k) for k in head_keys]
     return Stack(parts, heads_)
+
+
+def parameter_counts(stack: Stack) -> dict[str, list[int]]:
+    """The number of trainable parameters (inexact array elements) of each component and
+    each head: ``{"components": [...], "heads": [...]}``."""
+    def count(module) -> int:
+        return sum(int(leaf.size) for leaf in jax.tree.leaves(
+            eqx.filter(module, eqx.is_inexact_array)))
+
+    return {"components": [count(c) for c in stack.components],
+            "heads": [count(h) for h in stack.heads]}
