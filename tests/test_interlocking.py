@@ -200,6 +200,34 @@ def test_heads_are_trained_on_detached_features_and_send_nothing_into_their_comp
                                   other.components[1].linear.weight)
 
 
+def test_select_step_size_equals_plain_runs_per_step_size_and_picks_the_lowest():
+    x, y = batch(jax.random.key(11))
+    data = {"x": x, "y": y}
+
+    def sample(d, key):
+        return d["x"], d["y"]
+
+    def evaluate(d, stack):
+        return {"loss": il.cross_entropy(jax.vmap(stack)(d["x"]), d["y"])}
+
+    keys = jax.random.split(jax.random.key(12), 2)
+    grid = (0.0, 0.03, 0.003)
+    got = il.select_step_size(mlp_stack, sample, evaluate, "loss", 2, grid, 4, data, keys,
+                              il.cross_entropy, mode="sum")
+    assert got.grid == grid and got.metric.shape == (3, 2)
+    # step size 0 leaves each seed's initialisation as it is
+    init_keys = jax.vmap(jax.random.split, out_axes=1)(keys)[0]
+    np.testing.assert_allclose(got.metric[0], [evaluate(data, mlp_stack(k))["loss"]
+                                               for k in init_keys], rtol=1e-6)
+    # every other step size: the same seeds trained by make_train with optax.adam(lr)
+    for i, lr in enumerate(grid[1:], 1):
+        run, _, _, _ = il.make_train(mlp_stack, sample, evaluate, 2, optax.adam(lr),
+                                     il.cross_entropy, None, 4, "sum")
+        np.testing.assert_allclose(got.metric[i], run(data, keys, 4).evaluation["loss"][:, -1],
+                                   rtol=1e-5)
+    assert got.best == grid[int(np.argmin(got.metric.mean(1)))] and got.best > 0
+
+
 def test_targets_and_named_rules():
     assert il.targets(4, 1) == (0, 1, 2, 3)
     assert il.targets(4, 2) == (1, 2, 3, 3)

@@ -316,6 +316,54 @@ def make_train(init: Callable[[jax.Array], Stack],
     return train, start, chunk, measure
 
 
+class Selection(NamedTuple):
+    """What ``select_step_size`` returns."""
+
+    grid: tuple[float, ...]  # the step sizes tried
+    metric: np.ndarray  # (len(grid), seeds) the held-out metric after the steps
+    best: float  # the step size of the lowest finite mean metric
+
+
+def select_step_size(init: Callable[[jax.Array], Stack],
+                     sample: Callable[[Any, jax.Array], tuple[jax.Array, jax.Array]],
+                     evaluate: Callable[[Any, Stack], dict], metric: str, n: int,
+                     grid: tuple[float, ...], steps: int, data, keys: jax.Array, loss: Loss,
+                     head_loss: Loss | None = None, mode: str = "only",
+                     optimizer: Callable[..., optax.GradientTransformation] = optax.adam
+                     ) -> Selection:
+    """Rule ``n`` (in ``mode``) trained ``steps`` steps from each seed of ``keys`` at each
+    step size of ``grid`` (``optimizer(learning_rate)``, Adam by default), then
+    ``evaluate(data, stack)[metric]`` (lower is better, e.g. held-out bits per character):
+    the step size with the lowest mean over seeds is ``best``; a step size whose metric is
+    not finite (diverged) is never chosen. ``data`` holds the selection's training text and
+    its held-out split, apart from the test split a claim reports on.
+
+    One compiled call for the whole grid: the step size is a value in the optimizer's state
+    (``optax.inject_hyperparams``), so every (step size, seed) pair is one element of the
+    ``jax.vmap``. Every step size starts from the same initialisations and sees the same
+    batches (seed by seed)."""
+    if len(grid) < 1 or steps < 1:
+        raise ValueError(f"select_step_size needs a grid and steps >= 1, got {grid}, {steps}")
+    opt = optax.inject_hyperparams(optimizer)(learning_rate=float(grid[0]))
+    _, start, chunk, measure = make_train(init, sample, evaluate, n, opt, loss, head_loss, steps,
+                                          mode)
+    seeds = len(keys)
+    init_keys, data_keys = jax.vmap(jax.random.split, out_axes=1)(
+        jnp.concatenate([keys] * len(grid)))  # element i: step size i // seeds
+    params, opt_state = start(init_keys)
+    rates = jnp.repeat(jnp.asarray(grid, jnp.float32), seeds)
+    opt_state = opt_state._replace(hyperparams=opt_state.hyperparams | {"learning_rate": rates})
+    state, _ = chunk(data, (params, opt_state),
+                     jax.vmap(jax.random.fold_in, (0, None))(data_keys, 0))
+    values = np.asarray(measure(data, state[0])[metric], np.float64).reshape(len(grid), seeds)
+    means = values.mean(axis=1)
+    if not np.isfinite(means).any():
+        raise ValueError(f"every step size of {list(grid)} diverged (a non-finite {metric}); "
+                         "try smaller step sizes")
+    best = float(grid[int(np.argmin(np.where(np.isfinite(means), means, np.inf)))])
+    return Selection(tuple(float(g) for g in grid), values, best)
+
+
 def global_(optimizer, components: int, loss: Loss):
     """End-to-end backpropagation: ``make_step(optimizer, components, loss)``."""
     return make_step(optimizer, components, loss)
