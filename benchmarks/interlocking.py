@@ -46,8 +46,9 @@ def main() -> None:
               "seeds": 1, "channels": 4 if quick else 8, "blocks": 1 if quick else 2,
               "head_channels": 4, "image_batch": args.batch, "image_steps": 1, "image_lr": 1e-3,
               "image_target": 0.5, "hidden": 16 if quick else 32, "heads": 4,
-              "length": 16 if quick else 64, "text_batch": args.batch, "text_steps": 1,
-              "text_lr": 1e-3, "text_target": 3.0, "eval_every": 1, "eval_examples": 8,
+              "length": 16 if quick else 64, "head_blocks": 0, "text_batch": args.batch,
+              "text_steps": 1, "text_lr": 1e-3, "text_lr_grid": [], "text_lr_select_steps": 1,
+              "text_target": 3.0, "eval_every": 1, "eval_examples": 8,
               "timing_repeats": 3 if quick else args.repeats,
               "pipeline_batches": 4 if quick else args.pipeline_batches, "seed": 0}
     setup = experiment.configure(**params)

@@ -50,7 +50,7 @@ SMOKE = {
                         "channels": 4, "blocks": 1, "image_steps": 10, "image_batch": 8,
                         "hidden": 16, "length": 16, "text_batch": 4, "text_steps": 10,
                         "eval_every": 5, "eval_examples": 16, "timing_repeats": 1,
-                        "pipeline_batches": 0},
+                        "pipeline_batches": 0, "text_lr_select_steps": 5},
     # 12: the shallow variant's compile is left to tests/test_pixelcnn.py
     "12_pixelcnn": {"models": ["sequential", "multiscale"], "seeds": 1, "steps": 2,
                     "eval_every": 2, "eval_examples": 8, "batch": 4,

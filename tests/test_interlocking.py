@@ -295,6 +295,9 @@ def test_char_transformer_parameter_counts_by_hand():
         assert counts["components"] == [vocab * h + length * h + block, block, block,
                                         block + readout]
         assert counts["heads"] == [head_blocks * block + readout] * 3
+        shapes = jax.eval_shape(lambda k, b=head_blocks: char_transformer(
+            vocab, hidden=h, heads=2, length=length, head_blocks=b, key=k), jax.random.key(0))
+        assert parameter_counts(shapes) == counts
     with pytest.raises(ValueError, match="^head_blocks must be at least 0, got -1$"):
         char_transformer(vocab, hidden=h, heads=2, length=length, head_blocks=-1,
                          key=jax.random.key(0))

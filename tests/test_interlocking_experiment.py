@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from IPython.display import Image
 
+from lab.data.text import load_text
 from lab.experiments import interlocking as experiment
 from lab.parallel import interlocking as schedule
 from tests.conftest import WAIT
@@ -13,8 +14,9 @@ from tests.smoke import SMOKE
 NOTEBOOK = dict(preset="default", tasks=["images", "text"],
                 rules=["global", "local", "pairwise", "3-wise"], seeds=3, channels=8, blocks=2,
                 head_channels=4, image_batch=32, image_steps=400, image_lr=0.002,
-                image_target=0.75, hidden=32, heads=4, length=32, text_batch=16,
-                text_steps=600, text_lr=0.003, text_target=3.0, eval_every=50,
+                image_target=0.75, hidden=32, heads=4, length=32, head_blocks=0, text_batch=16,
+                text_steps=600, text_lr=0.003, text_lr_grid=[], text_lr_select_steps=200,
+                text_target=3.0, eval_every=50,
                 eval_examples=1000, timing_repeats=5, pipeline_batches=6, seed=0)
 
 
@@ -66,11 +68,82 @@ def test_verdict_claims_from_gaps_and_modelled_times():
     ({"rules": []}, "rules is empty"),
     ({"text_steps": 0}, "text_steps 0 must be a positive multiple of eval_every 50"),
     ({"image_target": 1.5}, "image_target must be an accuracy in (0, 1)"),
+    ({"head_blocks": -1}, "head_blocks must be at least 0 (0: a read-out alone), got -1"),
+    ({"text_lr_grid": [0.003]}, "text_lr_grid [0.003] must be [] (every rule uses text_lr) or "
+                                "at least 2 different positive step sizes"),
+    ({"text_lr_grid": [0.001, 0.0, 0.01]}, "text_lr_grid [0.001, 0.0, 0.01] must be []"),
+    ({"text_lr_grid": [0.001, 0.001]}, "text_lr_grid [0.001, 0.001] must be []"),
+    ({"text_lr_select_steps": 0}, "text_lr_select_steps must be at least 1, got 0"),
+    ({"rules": ["pairwise-max"]}, "unknown rule 'pairwise-max'; use global, local, pairwise"),
 ])
 def test_configure_refuses_bad_values_in_one_line(change, message):
     with pytest.raises(ValueError) as error:
         experiment.configure(**(NOTEBOOK | change))
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_sizes_states_the_heads_beside_the_components():
+    source = {"parameters": {"components": [5248, 12704, 12704, 15540], "heads": [2836] * 3},
+              "head_blocks": 0}
+    assert experiment.sizes("text", source) == ("text: components 5,248 / 12,704 / 12,704 / "
+                                                "15,540 parameters, each head 2,836 (LayerNorm "
+                                                "+ read-out)")
+    source = {"parameters": {"components": [1, 2], "heads": [15540]}, "head_blocks": 1}
+    assert experiment.sizes("text", source).endswith("each head 15,540 (1 block + read-out)")
+
+
+TINY = NOTEBOOK | SMOKE["11_interlocking"]
+
+
+def test_text_task_heads_and_a_held_out_split_apart_from_the_test_text():
+    setup = experiment.configure(**(TINY | {"head_blocks": 1}))
+    task = experiment.text(setup)
+    h, vocab, length = setup.hidden, task.source["vocabulary"], setup.length
+    block = 12 * h * h + 13 * h  # tests/test_interlocking.py's count of a block
+    readout = 2 * h + h * vocab + vocab
+    assert task.source["parameters"] == {
+        "components": [vocab * h + length * h + block, block, block, block + readout],
+        "heads": [block + readout] * 3}
+    corpus = load_text("devils_dictionary")
+    cut = len(corpus.train) - task.source["validation_characters"]
+    assert 0 < cut < len(corpus.train)
+    # the selection trains on the training text before the cut and scores the rest
+    np.testing.assert_array_equal(task.validation["ids"], corpus.train[:cut])
+    held_out = ",".join(map(str, corpus.train[cut:].tolist()))
+    inputs, targets = (np.asarray(a) for a in task.validation["eval"])
+    assert inputs.shape == (setup.eval_examples, length)
+    for x, y in zip(inputs, targets, strict=True):
+        assert ",".join(map(str, x.tolist())) in held_out
+        np.testing.assert_array_equal(x[1:], y[:-1])
+    # the claim's evaluation still reads the test text
+    test_inputs = np.asarray(task.data["eval"][0])
+    assert ",".join(map(str, test_inputs[0].tolist())) in ",".join(map(str, corpus.test.tolist()))
+
+
+def test_train_rules_chooses_each_rules_step_size_on_held_out_text_and_records_it():
+    setup = experiment.configure(**(TINY | {"rules": ["pairwise-sum"], "text_steps": 5,
+                                            "text_lr_grid": [1e-5, 3e-3, 3e-2]}))
+    study = experiment.train_rules(setup, "text")
+    selection = study["lr_selection"]
+    assert selection["grid"] == [1e-5, 3e-3, 3e-2] and selection["steps"] == 5
+    for rule in setup.rules:
+        metric = np.asarray(selection["metric"][rule])
+        assert metric.shape == (3, setup.seeds) and np.isfinite(metric).all()
+        chosen = selection["chosen"][rule]
+        assert chosen == selection["grid"][int(np.argmin(metric.mean(1)))]
+        assert study["runs"][rule]["lr"] == chosen
+    # 5 steps at 1e-5 barely move the initial loss (about log2(84) = 6.4 bits): never chosen
+    assert min(selection["metric"]["pairwise-sum"][0]) > 6.0
+    assert selection["chosen"]["pairwise-sum"] != 1e-5
+    ones = [1.0] * 4
+    times = schedule.Times(ones, ones, ones, ones, ones, [0.0] * 4)
+    timing = {"text": {"times": {}, "rules": {
+        "pairwise-sum": schedule.summary(4, 2, times, mode="sum")}}}
+    m = experiment.verdict(setup, {"text": study}, timing, [])
+    assert m["text_lr"] == selection["chosen"] and m["text_lr_selection"] == selection
+    measured = experiment.summary(m, setup)["study"]["measured"]
+    assert "text: components " in measured and "(LayerNorm + read-out)" in measured
+    assert "step size chosen from [1e-05, 0.003, 0.03]" in measured
 
 
 def test_interlocking_panel_trains_live_and_refuses_bad_rules():

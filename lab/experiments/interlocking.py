@@ -1,10 +1,20 @@
 """Interlocking backpropagation (arXiv 2010.04116) at CPU scale: accuracy and modelled time.
 
+The text set-up (a character-level Transformer cut into one block per component, its heads
+of ``head_blocks`` blocks then a read-out) is ours: the authors never released their
+Transformer code (``lab.models.interlocking``). ``sizes`` states the heads' parameters
+beside the components'.
+
 The studies of notebook 11, each a function of a ``Setup`` (the notebook's parameters):
 
 1. ``train_rules``: a network in four components trained with each rule (global, local,
-   pairwise, 3-wise) over seeds, on Fashion-MNIST with the ResNet (test accuracy) and on a
-   character-level language model of *The Devil's Dictionary* (test bits per character).
+   pairwise, 3-wise; ``-sum`` / ``-mean`` for the official code's other pairwise modes) over
+   seeds, on Fashion-MNIST with the ResNet (test accuracy) and on a character-level
+   language model of *The Devil's Dictionary* (test bits per character). With
+   ``text_lr_grid``, each rule's Adam step size on text is first chosen from the grid
+   (``select_lrs``: ``text_lr_select_steps`` steps per step size, the lowest bits per
+   character on a held-out split of the training text, not the test text); otherwise every
+   rule uses ``text_lr``.
 2. ``timings``: each component's ops timed on their own, fed to the schedule model
    (``lab.parallel.interlocking``): time per batch and utilisation of four devices under
    each rule, and each run's accuracy against modelled pipelined time.
@@ -31,7 +41,7 @@ from lab.experiments.claims import Claim, plural, verdict_of
 from lab.experiments.claims import summary as claims_summary
 from lab.experiments.params import with_preset
 from lab.experiments.sequence_parallel import simulate_devices  # noqa: F401 (the notebook calls it)
-from lab.models.interlocking import Stack, char_transformer, resnet
+from lab.models.interlocking import Stack, char_transformer, parameter_counts, resnet
 from lab.parallel import interlocking as schedule
 from lab.parallel.interlocking_devices import ComponentOps, op_times, run_pipeline
 from lab.train import interlocking as train
@@ -46,8 +56,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 PARAMETERS = ("preset", "tasks", "rules", "seeds", "channels", "blocks", "head_channels",
               "image_batch", "image_steps", "image_lr", "image_target", "hidden", "heads", "length",
-              "text_batch", "text_steps", "text_lr", "text_target", "eval_every",
-              "eval_examples", "timing_repeats", "pipeline_batches", "seed")
+              "head_blocks", "text_batch", "text_steps", "text_lr", "text_lr_grid",
+              "text_lr_select_steps", "text_target", "eval_every", "eval_examples",
+              "timing_repeats", "pipeline_batches", "seed")
+VALIDATION_FRACTION = 0.1  # the end of the training text held out for choosing step sizes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +67,8 @@ class Setup:
     """The notebook's parameters, validated."""
 
     tasks: tuple[str, ...]
-    rules: tuple[str, ...]  # global, local, pairwise, "<n>-wise" (n = 1 ... 4)
+    rules: tuple[str, ...]  # global, local, pairwise, "<n>-wise" (n = 1 ... 4), each
+    # optionally ending in -sum or -mean (the official code's pairwise modes)
     seeds: int
     channels: int  # the ResNet's first width (then 2x, 4x, 4x)
     blocks: int  # residual blocks per component
@@ -67,9 +80,12 @@ class Setup:
     hidden: int  # the language model's width
     heads: int
     length: int  # characters per sequence
+    head_blocks: int  # Transformer blocks in each text head before its read-out (0: none)
     text_batch: int
     text_steps: int
-    text_lr: float
+    text_lr: float  # every rule's Adam step size on text, unless text_lr_grid chooses
+    text_lr_grid: tuple[float, ...]  # step sizes each rule tries on held-out text (): none
+    text_lr_select_steps: int  # training steps per step size tried
     text_target: float  # test bits per character for "time to target"
     eval_every: int
     eval_examples: int  # test images (or held-out sequences, at most all of them) per evaluation
@@ -91,12 +107,21 @@ def configure(**params: Any) -> Setup:
     if not p["rules"]:
         raise ValueError("rules is empty; give at least one of global, local, pairwise, 3-wise")
     for rule in p["rules"]:
-        n = train.rule_n(rule, COMPONENTS)
+        n, _ = train.parse_rule(rule, COMPONENTS)
         train.check_n(COMPONENTS, n)
     for name in ("seeds", "channels", "blocks", "head_channels", "image_batch", "hidden", "heads",
-                 "length", "text_batch", "eval_every", "eval_examples", "timing_repeats"):
+                 "length", "text_batch", "eval_every", "eval_examples", "timing_repeats",
+                 "text_lr_select_steps"):
         if p[name] < 1:
             raise ValueError(f"{name} must be at least 1, got {p[name]}")
+    if p["head_blocks"] < 0:
+        raise ValueError(f"head_blocks must be at least 0 (0: a read-out alone), got "
+                         f"{p['head_blocks']}")
+    grid = p["text_lr_grid"]
+    if grid and (len(grid) < 2 or any(isinstance(v, bool) or not isinstance(v, int | float)
+                                      or v <= 0 for v in grid) or len(set(grid)) < len(grid)):
+        raise ValueError(f"text_lr_grid {list(grid)} must be [] (every rule uses text_lr) or "
+                         "at least 2 different positive step sizes, e.g. [0.001, 0.003, 0.01]")
     for name in ("image_steps", "text_steps"):
         if p[name] < p["eval_every"] or p[name] % p["eval_every"]:
             raise ValueError(f"{name} {p[name]} must be a positive multiple of eval_every "
@@ -116,9 +141,10 @@ def configure(**params: Any) -> Setup:
     return Setup(tuple(p["tasks"]), tuple(p["rules"]), p["seeds"], p["channels"], p["blocks"],
                  p["head_channels"], p["image_batch"], p["image_steps"], float(p["image_lr"]),
                  float(p["image_target"]), p["hidden"], p["heads"], p["length"],
-                 p["text_batch"], p["text_steps"], float(p["text_lr"]), float(p["text_target"]),
-                 p["eval_every"], p["eval_examples"], p["timing_repeats"],
-                 p["pipeline_batches"], p["seed"])
+                 p["head_blocks"], p["text_batch"], p["text_steps"], float(p["text_lr"]),
+                 tuple(float(v) for v in grid), p["text_lr_select_steps"],
+                 float(p["text_target"]), p["eval_every"], p["eval_examples"],
+                 p["timing_repeats"], p["pipeline_batches"], p["seed"])
 
 
 # the two tasks -------------------------------------------------------------------------------
@@ -129,7 +155,8 @@ class Task:
     them: ``data`` is a dict of arrays, ``sample(data, key)`` a training batch,
     ``evaluate(data, stack)`` the measure on ``data["eval"]`` (held-out examples; the last
     evaluation is the final one). ``higher_is_better``: accuracy (images) or not (bits per
-    character)."""
+    character). ``validation``: data of the same form for choosing step sizes (training
+    examples less a held-out split, ``"eval"`` that split; None: no choice)."""
 
     name: str
     init: Callable[[jax.Array], Stack]
@@ -141,6 +168,7 @@ class Task:
     target: float
     lr: float
     source: dict
+    validation: dict | None = None
 
     @property
     def batch(self) -> tuple[jax.Array, jax.Array]:
@@ -174,19 +202,24 @@ def images(setup: Setup) -> Task:
                 "accuracy", True,
                 setup.image_target, setup.image_lr,
                 {"dataset": "fashion_mnist", "train": int(len(y_train)),
-                 "test": int(len(y_test))})
+                 "test": int(len(y_test)),
+                 "parameters": parameter_counts(jax.eval_shape(init, jax.random.key(0)))})
 
 
 def text(setup: Setup) -> Task:
     """Character-level language modelling of *The Devil's Dictionary* (``lab.data.text``)."""
     corpus = load_text("devils_dictionary")
     vocab = len(corpus.vocabulary)
-    test_ids = jnp.asarray(corpus.test)
 
-    # evenly spaced windows of the held-out text, not overlapping
-    count = min(setup.eval_examples, (len(corpus.test) - 1) // setup.length)
-    starts = np.linspace(0, len(corpus.test) - setup.length - 1, count).astype(np.int32)
-    data = {"ids": jnp.asarray(corpus.train), "eval": windows(test_ids, setup.length, starts)}
+    def evenly(ids):  # evenly spaced windows of held-out text, not overlapping
+        count = min(setup.eval_examples, (len(ids) - 1) // setup.length)
+        starts = np.linspace(0, len(ids) - setup.length - 1, count).astype(np.int32)
+        return windows(jnp.asarray(ids), setup.length, starts)
+
+    data = {"ids": jnp.asarray(corpus.train), "eval": evenly(corpus.test)}
+    # choosing step sizes: the training text's last tenth held out, the test text untouched
+    cut = round(len(corpus.train) * (1 - VALIDATION_FRACTION))
+    validation = {"ids": jnp.asarray(corpus.train[:cut]), "eval": evenly(corpus.train[cut:])}
 
     def bits(stack, x, y):
         return {"bits": train.cross_entropy(jax.vmap(stack)(x), y) / jnp.log(2.0)}
@@ -198,14 +231,20 @@ def text(setup: Setup) -> Task:
 
     def init(key):
         return char_transformer(vocab, setup.hidden, setup.heads, setup.length, COMPONENTS,
-                                key=key)
+                                setup.head_blocks, key=key)
 
     return Task("text", init, data, sample, lambda d, s: bits(s, *d["eval"]), "bits", False,
                 setup.text_target,
                 setup.text_lr,
                 provenance("devils_dictionary") | {"train_characters": int(len(corpus.train)),
                                                    "test_characters": int(len(corpus.test)),
-                                                   "vocabulary": vocab})
+                                                   "validation_characters":
+                                                       int(len(corpus.train) - cut),
+                                                   "vocabulary": vocab,
+                                                   "head_blocks": setup.head_blocks,
+                                                   "parameters": parameter_counts(
+                                                       jax.eval_shape(init, jax.random.key(0)))},
+                validation)
 
 
 @functools.lru_cache(maxsize=4)
@@ -215,26 +254,64 @@ def task(setup: Setup, name: str) -> Task:
     return images(setup) if name == "images" else text(setup)
 
 
-def optimizer(task: Task) -> optax.GradientTransformation:
-    """Adam at the task's learning rate (the official ResNet runs use SGD with momentum over
-    200 epochs; Adam is the robust choice for a few thousand CPU steps)."""
-    return optax.adam(task.lr)
+def optimizer(task: Task, lr: float | None = None) -> optax.GradientTransformation:
+    """Adam at ``lr`` (default: the task's learning rate). The official ResNet runs use SGD
+    with momentum over 200 epochs; Adam is the robust choice for a few thousand CPU steps."""
+    return optax.adam(task.lr if lr is None else lr)
+
+
+def sizes(name: str, source: dict) -> str:
+    """Task ``name``'s heads' parameter counts beside its components' (``source`` is a
+    ``Task.source``, with ``parameter_counts``), for the experiment's description."""
+    counts = source["parameters"]
+    heads = sorted(set(counts["heads"]))
+    head = (f"each head {heads[0]:,}" if len(heads) == 1
+            else "heads " + " / ".join(f"{c:,}" for c in counts["heads"]))
+    blocks = source.get("head_blocks")
+    kind = "" if blocks is None else (" (LayerNorm + read-out)" if blocks == 0 else
+                                      f" ({plural(blocks, 'block')} + read-out)")
+    return (f"{name}: components " + " / ".join(f"{c:,}" for c in counts["components"])
+            + f" parameters, {head}{kind}")
+
+
+def select_lrs(setup: Setup, task: Task) -> dict[str, Any]:
+    """Each rule's Adam step size from ``setup.text_lr_grid``: every seed trained
+    ``text_lr_select_steps`` steps at every step size on the training text less its last
+    tenth, then scored on that tenth (``lab.train.interlocking.select_step_size``; the test
+    text is never seen). Seeds of their own (not the claim runs'). Returns the grid, each
+    rule's held-out metric per step size and seed, and the chosen step sizes."""
+    if task.validation is None:
+        raise ValueError(f"the {task.name} task has no held-out split to choose step sizes on")
+    keys = jax.random.split(jax.random.fold_in(jax.random.key(setup.seed), 1), setup.seeds)
+    out: dict[str, Any] = {"grid": list(setup.text_lr_grid),
+                           "steps": setup.text_lr_select_steps, "metric": {}, "chosen": {}}
+    for rule in setup.rules:
+        n, mode = train.parse_rule(rule, COMPONENTS)
+        chosen = train.select_step_size(task.init, task.sample, task.evaluate, task.metric, n,
+                                        setup.text_lr_grid, setup.text_lr_select_steps,
+                                        task.validation, keys, train.cross_entropy, mode=mode)
+        out["metric"][rule] = chosen.metric.tolist()
+        out["chosen"][rule] = chosen.best
+    return out
 
 
 # 1. accuracy -------------------------------------------------------------------------------
 
-def train_rule(setup: Setup, task: Task, rule: str) -> dict[str, Any]:
-    """Every seed of ``rule`` on ``task`` (``jax.vmap`` over seeds, ``eval_every`` steps per
-    compiled call): the curves, the final metric (the last evaluation) and the seconds."""
-    n = train.rule_n(rule, COMPONENTS)
-    run, _, _, _ = train.make_train(task.init, task.sample, task.evaluate, n, optimizer(task),
-                                    train.cross_entropy, None, setup.eval_every)
+def train_rule(setup: Setup, task: Task, rule: str, lr: float | None = None) -> dict[str, Any]:
+    """Every seed of ``rule`` on ``task`` at step size ``lr`` (default the task's;
+    ``jax.vmap`` over seeds, ``eval_every`` steps per compiled call): the curves, the final
+    metric (the last evaluation) and the seconds."""
+    n, mode = train.parse_rule(rule, COMPONENTS)
+    lr = task.lr if lr is None else lr
+    run, _, _, _ = train.make_train(task.init, task.sample, task.evaluate, n,
+                                    optimizer(task, lr), train.cross_entropy, None,
+                                    setup.eval_every, mode)
     keys = jax.random.split(jax.random.key(setup.seed), setup.seeds)
     begin = time.perf_counter()
     result = run(task.data, keys, setup.steps(task.name))
     seconds = time.perf_counter() - begin
     steps = np.arange(1, setup.steps(task.name) // setup.eval_every + 1) * setup.eval_every
-    return {"rule": rule, "n": n, "steps": steps.tolist(),
+    return {"rule": rule, "n": n, "mode": mode, "lr": lr, "steps": steps.tolist(),
             "train_loss": np.asarray(result.train_loss).tolist(),
             "curve": np.asarray(result.evaluation[task.metric]).tolist(),
             "final": result.evaluation[task.metric][:, -1].tolist(), "seconds": seconds}
@@ -242,15 +319,18 @@ def train_rule(setup: Setup, task: Task, rule: str) -> dict[str, Any]:
 
 def train_rules(setup: Setup, name: str, on_rule: Callable[[dict], None] | None = None
                 ) -> dict[str, Any]:
-    """Each rule of ``setup.rules`` on task ``name``; ``on_rule`` sees each result."""
+    """Each rule of ``setup.rules`` on task ``name``; ``on_rule`` sees each result. On text
+    with ``text_lr_grid``, each rule's step size is chosen first (``select_lrs``)."""
     t = task(setup, name)
+    selection = select_lrs(setup, t) if name == "text" and setup.text_lr_grid else None
     runs = {}
     for rule in setup.rules:
-        runs[rule] = train_rule(setup, t, rule)
+        runs[rule] = train_rule(setup, t, rule,
+                                None if selection is None else selection["chosen"][rule])
         if on_rule is not None:
             on_rule(runs[rule])
     return {"task": name, "metric": t.metric, "higher_is_better": t.higher_is_better,
-            "target": t.target, "source": t.source, "runs": runs}
+            "target": t.target, "source": t.source, "runs": runs, "lr_selection": selection}
 
 
 # 2. the schedule model ---------------------------------------------------------------------
@@ -264,7 +344,8 @@ def timings(setup: Setup, name: str) -> dict[str, Any]:
     times = op_times(stack, x, y, train.cross_entropy, None, optimizer(t), setup.timing_repeats)
     rules = {}
     for rule in setup.rules:
-        rules[rule] = schedule.summary(COMPONENTS, train.rule_n(rule, COMPONENTS), times)
+        n, mode = train.parse_rule(rule, COMPONENTS)
+        rules[rule] = schedule.summary(COMPONENTS, n, times, mode=mode)
     return {"task": name, "times": dataclasses.asdict(times), "rules": rules}
 
 
@@ -314,21 +395,23 @@ def pipeline_check(setup: Setup, name: str = "images", times: schedule.Times | N
                          setup.timing_repeats)
     out = []
     for rule in setup.rules:
-        n = train.rule_n(rule, COMPONENTS)
-        step = train.make_step(opt, n, train.cross_entropy)
+        n, mode = train.parse_rule(rule, COMPONENTS)
+        step = train.make_step(opt, n, train.cross_entropy, mode=mode)
         want, state = stack, opt.init(eqx.filter(stack, eqx.is_inexact_array))
         for x, y in batches:
             want, state, _ = step(want, state, x, y)
-        run_pipeline(stack, n, batches[:1], train.cross_entropy, None, opt, ops=ops)  # compile
-        got, timeline = run_pipeline(stack, n, batches, train.cross_entropy, None, opt, ops=ops)
+        run_pipeline(stack, n, batches[:1], train.cross_entropy, None, opt, ops=ops,
+                     mode=mode)  # compile
+        got, timeline = run_pipeline(stack, n, batches, train.cross_entropy, None, opt, ops=ops,
+                                     mode=mode)
         error = max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(
             jax.tree.leaves(eqx.filter(got, eqx.is_inexact_array)),
             jax.tree.leaves(eqx.filter(want, eqx.is_inexact_array)), strict=True))
         durations = {(e.batch, e.op.component, e.op.label): e.end - e.start
                      for e in timeline.events}
-        replay = schedule.simulate(COMPONENTS, n, times, len(batches), durations)
+        replay = schedule.simulate(COMPONENTS, n, times, len(batches), durations, mode)
         gaps = [start - replay.starts()[key] for key, start in timeline.starts().items()]
-        modelled = schedule.simulate(COMPONENTS, n, times, len(batches))
+        modelled = schedule.simulate(COMPONENTS, n, times, len(batches), mode=mode)
         out.append({"rule": rule, "param_error": error,
                     "measured_per_batch": timeline.time_per_batch,
                     "modelled_per_batch": modelled.time_per_batch,
@@ -375,6 +458,9 @@ def verdict(setup: Setup, studies: dict[str, dict], timing: dict[str, dict],
                                        "std": float(np.std(run["final"]))}
                                    for r, run in study["runs"].items()}
         m[f"{task_name}_train_seconds"] = {r: run["seconds"] for r, run in study["runs"].items()}
+        m[f"{task_name}_lr"] = {r: run.get("lr") for r, run in study["runs"].items()}
+        m[f"{task_name}_lr_selection"] = study.get("lr_selection")
+        m[f"{task_name}_parameters"] = study["source"].get("parameters")
         gaps = gap_fractions(study)
         m[f"{task_name}_gap"] = gaps
         m[f"{task_name}_op_times"] = t["times"]
@@ -457,9 +543,16 @@ def summary(m: dict[str, Any], setup: Setup) -> dict[str, Any]:
         paper="Gomez, Key, Perlin, Gou, Frosst, Dean & Gal, Interlocking Backpropagation: "
               "Improving depthwise model-parallelism (arXiv 2010.04116, JMLR 2022)",
         paper_setting="ResNets on CIFAR-10 and ImageNet, Transformers on language modelling; "
-                      "one component per accelerator",
+                      "one component per accelerator (the Transformer code and heads were "
+                      "not released: the text set-up here is ours)",
         measured=(f"{COMPONENTS} components; {plural(setup.seeds, 'seed')}; "
                   + "; ".join(f"{t}: {setup.steps(t)} steps" for t in setup.tasks)
+                  + "".join(f"; {sizes(t, m[f'{t}_source'])}" for t in setup.tasks
+                            if "parameters" in m.get(f"{t}_source", {}))
+                  + ("; text: each rule's Adam step size chosen from "
+                     f"{list(setup.text_lr_grid)} by held-out bits after "
+                     f"{setup.text_lr_select_steps} steps"
+                     if "text" in setup.tasks and setup.text_lr_grid else "")
                   + "; time per batch from a schedule model fed with op times measured on "
                     "this CPU"),
         claims=claims, headline=headline)

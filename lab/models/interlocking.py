@@ -34,6 +34,7 @@ Convolutions are ``lab.models.conv.conv2d`` (patches then one matmul: the fastes
 formulation on this CPU) with explicit SAME padding.
 """
 
+import math
 from collections.abc import Callable
 
 import equinox as eqx
@@ -316,10 +317,11 @@ def char_transformer(vocab: int, hidden: int = 64, heads: int = 4, length: int =
 
 def parameter_counts(stack: Stack) -> dict[str, list[int]]:
     """The number of trainable parameters (inexact array elements) of each component and
-    each head: ``{"components": [...], "heads": [...]}``."""
+    each head: ``{"components": [...], "heads": [...]}``. ``stack`` may be
+    ``jax.eval_shape``'s (shapes only: nothing is initialised)."""
     def count(module) -> int:
-        return sum(int(leaf.size) for leaf in jax.tree.leaves(
-            eqx.filter(module, eqx.is_inexact_array)))
+        return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(module)
+                   if hasattr(leaf, "dtype") and jnp.issubdtype(leaf.dtype, jnp.inexact))
 
     return {"components": [count(c) for c in stack.components],
             "heads": [count(h) for h in stack.heads]}

@@ -71,27 +71,27 @@ def interlocking_panel(params: dict[str, Any], timing: dict[str, dict] | None = 
     runs: dict[str, tuple[list, list]] = {}
 
     def validate(values):
-        n = train.rule_n(values["rule"], experiment.COMPONENTS)
+        n, mode = train.parse_rule(values["rule"], experiment.COMPONENTS)
         train.check_n(experiment.COMPONENTS, n)
         if values["steps"] % setup.eval_every:
             raise ValueError(f"steps must be a multiple of eval_every ({setup.eval_every})")
-        return n
+        return n, mode
 
     def run(values, report):
-        n = validate(values)
+        n, mode = validate(values)
         name = values["task"]
         if name not in tasks:
             tasks[name] = experiment.task(setup, name)
         t = tasks[name]
         _, start, chunk, measure = train.make_train(
             t.init, t.sample, t.evaluate, n, experiment.optimizer(t), train.cross_entropy,
-            None, setup.eval_every)
+            None, setup.eval_every, mode)
         keys = jax.random.split(jax.random.key(values["seed"]), 2)
         state = start(keys[:1])
         timeline = None
         if timing and name in timing:
             times = schedule.Times(**timing[name]["times"])
-            timeline = schedule.simulate(experiment.COMPONENTS, n, times, 4)
+            timeline = schedule.simulate(experiment.COMPONENTS, n, times, 4, mode=mode)
         label = f"{values['rule']}, seed {values['seed']}"
         steps, metric = runs.setdefault(f"{name}: {label}", ([], []))
         steps.clear()
