@@ -70,9 +70,9 @@ def test_verdict_claims_from_gaps_and_modelled_times():
     ({"image_target": 1.5}, "image_target must be an accuracy in (0, 1)"),
     ({"head_blocks": -1}, "head_blocks must be at least 0 (0: a read-out alone), got -1"),
     ({"text_lr_grid": [0.003]}, "text_lr_grid [0.003] must be [] (every rule uses text_lr) or "
-                                "at least 2 different positive step sizes"),
+                                "at least 3 different positive step sizes"),
     ({"text_lr_grid": [0.001, 0.0, 0.01]}, "text_lr_grid [0.001, 0.0, 0.01] must be []"),
-    ({"text_lr_grid": [0.001, 0.001]}, "text_lr_grid [0.001, 0.001] must be []"),
+    ({"text_lr_grid": [0.001, 0.01, 0.001]}, "text_lr_grid [0.001, 0.01, 0.001] must be []"),
     ({"text_lr_select_steps": 0}, "text_lr_select_steps must be at least 1, got 0"),
     ({"rules": ["pairwise-max"]}, "unknown rule 'pairwise-max'; use global, local, pairwise"),
 ])

@@ -302,7 +302,7 @@ def test_automap_bad_values_fail_before_any_kernel_starts(tmp_path, params, mess
     (["-p", "tasks", '["audio"]'], "unknown task 'audio'; choose from images, text"),
     (["-p", "image_steps", "75"], "image_steps 75 must be a positive multiple of eval_every 50"),
     (["-p", "text_lr_grid", "[0.003]"], "text_lr_grid [0.003] must be [] (every rule uses "
-                                        "text_lr) or at least 2 different positive step sizes"),
+                                        "text_lr) or at least 3 different positive step sizes"),
     (["-p", "head_blocks", "-1"], "head_blocks must be at least 0"),
 ])
 def test_interlocking_bad_values_fail_before_any_kernel_starts(tmp_path, params, message,

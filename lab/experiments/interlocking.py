@@ -118,10 +118,10 @@ def configure(**params: Any) -> Setup:
         raise ValueError(f"head_blocks must be at least 0 (0: a read-out alone), got "
                          f"{p['head_blocks']}")
     grid = p["text_lr_grid"]
-    if grid and (len(grid) < 2 or any(isinstance(v, bool) or not isinstance(v, int | float)
+    if grid and (len(grid) < 3 or any(isinstance(v, bool) or not isinstance(v, int | float)
                                       or v <= 0 for v in grid) or len(set(grid)) < len(grid)):
         raise ValueError(f"text_lr_grid {list(grid)} must be [] (every rule uses text_lr) or "
-                         "at least 2 different positive step sizes, e.g. [0.001, 0.003, 0.01]")
+                         "at least 3 different positive step sizes, e.g. [0.001, 0.003, 0.01]")
     for name in ("image_steps", "text_steps"):
         if p[name] < p["eval_every"] or p[name] % p["eval_every"]:
             raise ValueError(f"{name} {p[name]} must be a positive multiple of eval_every "
