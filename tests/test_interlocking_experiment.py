@@ -141,6 +141,7 @@ def test_train_rules_chooses_each_rules_step_size_on_held_out_text_and_records_i
         "pairwise-sum": schedule.summary(4, 2, times, mode="sum")}}}
     m = experiment.verdict(setup, {"text": study}, timing, [])
     assert m["text_lr"] == selection["chosen"] and m["text_lr_selection"] == selection
+    assert m["text_lr_at_grid_end"] == {"pairwise-sum": selection["chosen"]["pairwise-sum"] == 3e-2}
     measured = experiment.summary(m, setup)["study"]["measured"]
     assert "text: components " in measured and "(LayerNorm + read-out)" in measured
     assert "step size chosen from [1e-05, 0.003, 0.03]" in measured

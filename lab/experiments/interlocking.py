@@ -50,9 +50,14 @@ COMPONENTS = 4
 TASKS = ("images", "text")
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
-    # 3000 steps, every test image (evaluated every 500 steps): about 30 minutes here
+    # 3000 steps, every test image (evaluated every 500 steps), the six rules (the authors'
+    # pairwise modes too), one-block text heads and each rule's text step size chosen on
+    # held-out training text (issue 45): about an hour here
     "claim": {"image_steps": 3000, "text_steps": 3000, "eval_every": 500,
-              "eval_examples": 10000},
+              "eval_examples": 10000,
+              "rules": ["global", "local", "pairwise", "pairwise-sum", "pairwise-mean", "3-wise"],
+              "head_blocks": 1, "text_lr_grid": [0.001, 0.003, 0.01, 0.03],
+              "text_lr_select_steps": 500},
 }
 PARAMETERS = ("preset", "tasks", "rules", "seeds", "channels", "blocks", "head_channels",
               "image_batch", "image_steps", "image_lr", "image_target", "hidden", "heads", "length",
@@ -460,6 +465,10 @@ def verdict(setup: Setup, studies: dict[str, dict], timing: dict[str, dict],
         m[f"{task_name}_train_seconds"] = {r: run["seconds"] for r, run in study["runs"].items()}
         m[f"{task_name}_lr"] = {r: run.get("lr") for r, run in study["runs"].items()}
         m[f"{task_name}_lr_selection"] = study.get("lr_selection")
+        selection = study.get("lr_selection")
+        m[f"{task_name}_lr_at_grid_end"] = None if not selection else {
+            r: lr in (min(selection["grid"]), max(selection["grid"]))
+            for r, lr in selection["chosen"].items()}  # True: the grid may not bracket it
         m[f"{task_name}_parameters"] = study["source"].get("parameters")
         gaps = gap_fractions(study)
         m[f"{task_name}_gap"] = gaps
