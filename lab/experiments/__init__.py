@@ -4,33 +4,22 @@ The public names below are imported from their modules on first use: a notebook'
 that only calls ``record`` does not import papermill, nbformat and nbconvert (about 2 s
 of every kernel's start, most of it a grammar that jsonschema's URI checks build)."""
 
-import importlib
+from lab.lazy import exports
 
 _HOMES = {  # public name -> the module of lab.experiments that defines it
-    "ParameterError": "params",
-    "RunResult": "runner",
-    "RunnerError": "runner",
-    "build_index": "report",
-    "export_html": "report",
-    "import_runs": "imports",
-    "notebook_parameters": "params",
-    "record": "records",
-    "report_phase": "phases",
-    "resolve": "params",
-    "run_all": "runner",
-    "run_dir": "records",
-    "run_notebook": "runner",
+    "ParameterError": ".params",
+    "RunResult": ".runner",
+    "RunnerError": ".runner",
+    "build_index": ".report",
+    "export_html": ".report",
+    "import_runs": ".imports",
+    "notebook_parameters": ".params",
+    "record": ".records",
+    "report_phase": ".phases",
+    "resolve": ".params",
+    "run_all": ".runner",
+    "run_dir": ".records",
+    "run_notebook": ".runner",
 }
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'lab.experiments' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"lab.experiments.{_HOMES[name]}"), name)
-    globals()[name] = value  # found directly from now on
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = exports(__name__, _HOMES)
