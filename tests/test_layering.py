@@ -1,13 +1,35 @@
-"""The package map as code: package ``__init__``s re-export lazily (``lab.lazy``), so importing
-a package imports none of its modules."""
+"""The package map as code: no module under ``lab/`` imports from a higher layer, and package
+``__init__``s re-export lazily (``lab.lazy``), so importing a package imports none of its
+modules. Source is read, never run (and one small subprocess imports the packages)."""
 
 import ast
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import ROOT
 
 LAB = ROOT / "lab"
+
+# Lowest first. A module may import from its own layer or a lower one, never a higher one.
+# Packages in one layer are peers (lab.train.proxprop uses lab.optim and lab.models).
+LAYERS = [
+    {"lab", "lab.lazy"},  # the root package (its __version__) and the lazy re-export helper
+    {"lab.data", "lab.envs"},
+    {"lab.models", "lab.optim", "lab.rl", "lab.causal"},
+    {"lab.parallel"},  # meshes, shardings, ring attention, the interlocking schedule
+    {"lab.train"},
+    {"lab.runs"},  # the runner, parameters, records, claims, reports
+    {"lab.sweeps"},  # runs notebooks through lab.runs; report_phase (lab.sweeps.phases)
+    {"lab.experiments"},  # each paper's studies; re-exports record, run_dir, report_phase
+    {"lab.widgets"},  # panels over the experiments
+    {"lab.cli", "lab.__main__"},  # python -m lab: dispatches to lab.runs and lab.sweeps
+]
+# Not an import and so not checked, rightly: the runner imports the experiment module that a
+# notebook's metadata names (lab.runs.params, importlib.import_module of a string read from
+# the notebook, e.g. "lab.experiments.wavenet:validate"): the notebook chooses it, as a user
+# chooses the notebook; lab.runs depends on no experiment.
 
 # Package __init__s that import their own modules when imported, and why.
 EAGER = {
@@ -28,6 +50,103 @@ def _homes(tree: ast.Module) -> dict[str, str] | None:
                 == ["_HOMES"]:
             return ast.literal_eval(node.value)
     return None
+
+
+def _layer(module: str) -> int:
+    """The layer of a module: that of the longest name in LAYERS it is or lies under."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:end])
+        for rank, layer in enumerate(LAYERS):
+            if prefix in layer and (prefix != "lab" or module == "lab"):
+                return rank
+    raise AssertionError(f"{module} is in no layer; add its package to LAYERS")
+
+
+def _files() -> dict[str, Path]:
+    """Every module under lab/ by its name (a package by its own name)."""
+    files = {}
+    for path in sorted(LAB.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+STATEMENT = re.compile(  # import ..., or from ... import ... (parenthesised, with comments)
+    r"^[ \t]*((?:from[ \t]+[\w.]+[ \t]+)?import[ \t]+(?:\((?:[^)#]|#.*)*\)|.*))", re.M)
+
+
+def _import_statements(source: str) -> ast.Module:
+    """The import statements of ``source`` (at any depth), found by a regular expression and
+    each parsed on its own: parsing every file whole costs about 0.6 s. A docstring's line
+    that reads as an import comes along; the test parses a file whole before blaming it."""
+    body = []
+    for match in STATEMENT.finditer(source):
+        try:
+            body += ast.parse(match.group(1)).body
+        except SyntaxError:  # prose that starts with "from" or "import"
+            continue
+    return ast.Module(body=body, type_ignores=[])
+
+
+def _imports(name: str, tree: ast.Module) -> set[str]:
+    """Every lab module that ``name`` imports (at top level, in functions, under
+    TYPE_CHECKING), and the homes of its lazy re-exports."""
+    package = name if (LAB / Path(*name.split(".")[1:]) / "__init__.py").exists() \
+        else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package.split(".")[:len(package.split(".")) - node.level + 1],
+                                 *filter(None, [node.module])])
+            found.add(base)
+            if base == "lab":  # from lab import parallel: the package lab.parallel
+                found |= {f"lab.{alias.name}" for alias in node.names}
+    for home in (_homes(tree) or {}).values():
+        module = home.partition(":")[0]
+        found.add(package + module if module.startswith(".") else module)
+    return {m for m in found if m == "lab" or m.startswith("lab.")}
+
+
+def _upward(name: str, tree: ast.Module) -> list[str]:
+    return [f"{name} (layer {_layer(name)}) imports {imported} (layer {_layer(imported)})"
+            for imported in sorted(_imports(name, tree)) if _layer(imported) > _layer(name)]
+
+
+def test_no_module_imports_a_higher_layer():
+    files = _files()
+    assert {"lab.runs.runner", "lab.sweeps.phases", "lab.cli", "lab.experiments"} <= set(files)
+    upward = []
+    for name, path in files.items():
+        source = path.read_text()
+        whole = path.name == "__init__.py"  # small, and _HOMES is no import statement
+        found = _upward(name, ast.parse(source) if whole else _import_statements(source))
+        if found and not whole:  # a docstring's example is no import
+            found = _upward(name, ast.parse(source))
+        upward += found
+    assert not upward, "\n".join(upward)
+
+
+def test_the_layer_check_can_fail():
+    tree = ast.parse("from lab.train.interlocking import trained_on\nimport lab.runs.records\n"
+                     "from lab import experiments\n")
+    imported = _imports("lab.parallel.interlocking", tree)
+    assert imported == {"lab.train.interlocking", "lab.runs.records", "lab", "lab.experiments"}
+    assert [m for m in sorted(imported) if _layer(m) > _layer("lab.parallel")] == [
+        "lab.experiments", "lab.runs.records", "lab.train.interlocking"]
+    homes = ast.parse('_HOMES = {"record": "lab.runs.records", "mlp": ".feedforward"}')
+    assert _imports("lab.models", homes) == {"lab.runs.records", "lab.models.feedforward"}
+    assert _layer("lab.sweeps.phases") > _layer("lab.runs.records") > _layer("lab.train")
+    source = ('"""Use it so:\n\n    from lab.cli import main\n"""\n\n\ndef f():\n'
+              "    from lab.train import (  # a (comment)\n        mpo,\n    )\n"
+              "    import lab.runs as runs\n")
+    found = _imports("lab.models.x", _import_statements(source))
+    assert found == {"lab.cli", "lab.train", "lab.runs"}  # the docstring's line too
+    assert _imports("lab.models.x", ast.parse(source)) == {"lab.train", "lab.runs"}
 
 
 def test_package_inits_import_none_of_their_modules():
