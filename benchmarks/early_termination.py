@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from lab.experiments import a2c
-from lab.experiments.benchmarking import cpu_model
+from lab.runs.benchmarking import cpu_model
 from lab.sweeps.simulator import METHODS, Curves, replay
 from lab.sweeps.spec import Dimension, SweepSpec
 

@@ -24,8 +24,8 @@ import platform
 import jax
 import jax.numpy as jnp
 
-from lab.experiments.benchmarking import cpu_model
 from lab.experiments.ga3c import run_a2c
+from lab.runs.benchmarking import cpu_model
 from lab.train.a2c import A2CConfig, init_model
 from lab.train.ga3c import GA3CConfig, run_a3c, run_ga3c
 

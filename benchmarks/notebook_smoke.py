@@ -25,9 +25,9 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab.experiments import run_notebook  # noqa: E402
-from lab.experiments.benchmarking import cpu_model  # noqa: E402
-from lab.experiments.runner import environ  # noqa: E402
+from lab.runs import run_notebook  # noqa: E402
+from lab.runs.benchmarking import cpu_model  # noqa: E402
+from lab.runs.runner import environ  # noqa: E402
 from tests.smoke import SMOKE, compile_settings  # noqa: E402
 
 BUDGET_SECONDS = 60

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lab.envs.control import ControlTask
-from lab.experiments.benchmarking import cpu_model, timed
+from lab.runs.benchmarking import cpu_model, timed
 from lab.train import mpo
 
 # name: MPOConfig fields besides the sizes

@@ -36,8 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from lab import envs
-from lab.experiments.benchmarking import timed
 from lab.models import conv as convs
+from lab.runs.benchmarking import timed
 from lab.train import sac_ae
 from lab.train import sac_ae_loop as loops
 

@@ -51,8 +51,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from lab.data import TaskSource, load
-from lab.experiments.benchmarking import cpu_model
 from lab.models.vsml import VSMLNetwork, init_layer_state
+from lab.runs.benchmarking import cpu_model
 from lab.train.vsml import MetaConfig, make_meta_train
 
 # name: (layer sizes, meta-test episodes per call)

@@ -1,7 +1,10 @@
 """lab: a Jupyter-first research workbench of Equinox models on JAX.
 
-Subpackages: ``lab.data`` (datasets), ``lab.models``, ``lab.train`` (training loops),
-``lab.experiments`` (runner, records, reports), ``lab.widgets`` (ipywidgets panels).
+Subpackages, lowest first (none imports a higher one; ``tests/test_layering.py``): ``lab.data``
+and ``lab.envs``, ``lab.models`` (and ``lab.optim``, ``lab.rl``, ``lab.causal``),
+``lab.parallel``, ``lab.train`` (training loops), ``lab.runs`` (runner, records, reports),
+``lab.sweeps``, ``lab.experiments`` (each paper's studies), ``lab.widgets`` (ipywidgets
+panels); ``lab.cli`` is ``python -m lab``.
 Importing ``lab`` does no work: import the subpackage you need.
 """
 

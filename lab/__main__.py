@@ -7,6 +7,6 @@ import sys
 # process is affected, never a kernel or a user's own import of jsonschema.
 sys.modules.setdefault("rfc3987_syntax", None)
 
-from lab.experiments.cli import main  # noqa: E402
+from lab.cli import main  # noqa: E402
 
 sys.exit(main())

@@ -11,9 +11,9 @@ import argparse
 import time
 from pathlib import Path
 
-from lab.experiments.params import notebook_parameters
-from lab.experiments.provenance import git_state
 from lab.experiments.vsml import configure, ship
+from lab.runs.params import notebook_parameters
+from lab.runs.provenance import git_state
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "02_vsml.ipynb"

@@ -175,7 +175,7 @@ def test_jupyterlab_does_not_ask_about_news(jupyterlab):
 def test_claims_dashboard_and_index_in_a_browser(tmp_path):
     """The claims dashboard and the index, built from metrics.json files, as a reader sees
     them: verdict badges drawn, the index's filters working; screenshots saved."""
-    from lab.experiments import build_index
+    from lab.runs import build_index
     from tests.test_reports import claim_metrics, write_run
 
     out = tmp_path / "reports"

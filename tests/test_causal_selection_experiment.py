@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lab.experiments import causal_selection as experiment
-from lab.experiments import notebook_parameters
+from lab.runs import notebook_parameters
 from tests.conftest import ROOT, WAIT
 from tests.smoke import SMOKE
 

@@ -6,8 +6,8 @@ import json
 import nbformat
 import pytest
 
-from lab.experiments.cli import main
-from lab.experiments.params import notebook_presets
+from lab.cli import main
+from lab.runs.params import notebook_presets
 from tests.conftest import ROOT, write_notebook
 
 PARAMS = 'name = "digits"\nepochs = 3\nlr = 0.1\nsizes = [4, 8]'

@@ -1,4 +1,4 @@
-"""``lab.experiments.imports``: run folders made elsewhere come into ``reports/runs`` whole,
+"""``lab.runs.imports``: run folders made elsewhere come into ``reports/runs`` whole,
 once, or not at all. The folders are written by hand in tmp_path (no notebook runs)."""
 
 import hashlib
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from lab.experiments.claims import HOLDS
-from lab.experiments.imports import ImportRefused, import_runs
+from lab.runs.claims import HOLDS
+from lab.runs.imports import ImportRefused, import_runs
 from tests.test_reports import claim_metrics, write_run
 
 STARTED = "2026-11-30T08:00:00+00:00"

@@ -9,9 +9,9 @@ import sys
 import nbformat
 import pytest
 
-from lab.experiments import notebook_parameters, run_notebook
-from lab.experiments.claims import VERDICTS
-from lab.experiments.records import RUN_DIR_ENV, read_metrics
+from lab.runs import notebook_parameters, run_notebook
+from lab.runs.claims import VERDICTS
+from lab.runs.records import RUN_DIR_ENV, read_metrics
 from tests.conftest import ROOT
 from tests.smoke import SMOKE
 
@@ -57,7 +57,7 @@ HEADLINE = {
 }
 
 
-# Claims each notebook declares (lab.experiments.claims) at its smoke parameters: 04's smoke
+# Claims each notebook declares (lab.runs.claims) at its smoke parameters: 04's smoke
 # run trains one variant, too few for any of its claims.
 CLAIMS = {"00_quickstart": [],
           "01_proxprop": ["faster_per_epoch", "stable_where_backprop_diverges"],
@@ -157,7 +157,7 @@ def refused_before_any_kernel(notebook: str, params: list[str], message: str, tm
                               capsys) -> None:
     """``lab run notebook params`` exits with status 2 and one line naming ``message``,
     and writes nothing."""
-    from lab.experiments.cli import main
+    from lab.cli import main
 
     out = tmp_path / "reports"
     assert main(["run", str(ROOT / notebook), *params, "--out", str(out)]) == 2
@@ -172,7 +172,7 @@ def refused_before_any_kernel(notebook: str, params: list[str], message: str, tm
     (["-p", "lr", "0"], "00_quickstart.ipynb: lr must be positive, got 0.0"),
 ])
 def test_quickstart_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
-    from lab.experiments.cli import main
+    from lab.cli import main
 
     out = tmp_path / "reports"
     assert main(["run", str(ROOT / "notebooks/00_quickstart.ipynb"), *params,
@@ -196,7 +196,7 @@ def test_quickstart_trains_on_real_images_offline(tmp_path):
 ])
 def test_proxprop_bad_values_fail_before_any_kernel_starts(tmp_path, name, value, message,
                                                            capsys):
-    from lab.experiments.cli import main
+    from lab.cli import main
 
     out = tmp_path / "reports"
     assert main(["run", str(ROOT / "notebooks/01_proxprop.ipynb"), "-p", name, value,
@@ -213,7 +213,7 @@ def test_proxprop_bad_values_fail_before_any_kernel_starts(tmp_path, name, value
     (["-p", "method", "es", "-p", "devices", "2"], "asked for 2 devices but there are 1"),
 ])
 def test_vsml_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
-    from lab.experiments.cli import main
+    from lab.cli import main
 
     out = tmp_path / "reports"
     assert main(["run", str(ROOT / "notebooks/02_vsml.ipynb"), *params, "--out", str(out)]) == 2
@@ -231,7 +231,7 @@ def test_vsml_bad_values_fail_before_any_kernel_starts(tmp_path, params, message
     (["-p", "devices", "2"], "asked for 2 devices but there are 1 (cpu); on CPU, simulate"),
 ])
 def test_sac_ae_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
-    from lab.experiments.cli import main
+    from lab.cli import main
 
     out = tmp_path / "reports"
     assert main(["run", str(ROOT / "notebooks/03_sac_ae.ipynb"), *params, "--out", str(out)]) == 2
@@ -265,7 +265,7 @@ def test_policy_improvement_bad_values_fail_before_any_kernel_starts(tmp_path, p
      "space names unknown parameter(s) lr of 04_policy_improvement.ipynb"),
 ])
 def test_sweep_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
-    from lab.experiments.cli import main
+    from lab.cli import main
 
     out = tmp_path / "reports"
     assert main(["run", str(ROOT / "notebooks/05_sweeps.ipynb"), *params,

@@ -1,7 +1,7 @@
 import pytest
 
-import lab.experiments.params as params_module
-from lab.experiments.params import (
+import lab.runs.params as params_module
+from lab.runs.params import (
     ParameterError,
     effective,
     notebook_parameters,
@@ -126,7 +126,7 @@ def test_with_preset_leaves_the_values_the_runner_resolved(monkeypatch):
 
 def _preset_cases():
     """(notebook, preset) for every preset but "default" of every notebook in notebooks/."""
-    from lab.experiments.params import notebook_presets
+    from lab.runs.params import notebook_presets
     from tests.conftest import ROOT
 
     return [(path, name) for path in sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -142,8 +142,8 @@ def test_every_preset_yields_to_an_explicit_value_and_the_record_says_so(path, p
     the prepared record gives each value's source."""
     import json
 
-    from lab.experiments.params import notebook_presets
-    from lab.experiments.runner import write_prepared
+    from lab.runs.params import notebook_presets
+    from lab.runs.runner import write_prepared
 
     chosen = notebook_presets(path)[preset]
     defaults = {k: p.default for k, p in notebook_parameters(path).items()}

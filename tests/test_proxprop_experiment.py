@@ -11,7 +11,6 @@ import optax
 import pytest
 
 from lab.data import load
-from lab.experiments.params import notebook_parameters
 from lab.experiments.proxprop import (
     Comparison,
     compare,
@@ -25,6 +24,7 @@ from lab.experiments.proxprop import (
 )
 from lab.models import mlp
 from lab.optim import ProxProp, value_and_direction
+from lab.runs.params import notebook_parameters
 from lab.train import cross_entropy
 from lab.train.proxprop import (
     Curves,

@@ -9,8 +9,8 @@ import re
 import nbformat
 import pytest
 
-from lab.experiments import build_index, run_all
-from lab.experiments.claims import (
+from lab.runs import build_index, run_all
+from lab.runs.claims import (
     FAILS,
     HOLDS,
     TOO_SMALL,
@@ -23,9 +23,9 @@ from lab.experiments.claims import (
     summary,
     verdict_of,
 )
-from lab.experiments.imports import import_runs
-from lab.experiments.inputs import changed, code_digest, fingerprint
-from lab.experiments.report import claim_rows, device_of, export_html, load_runs
+from lab.runs.imports import import_runs
+from lab.runs.inputs import changed, code_digest, fingerprint
+from lab.runs.report import claim_rows, device_of, export_html, load_runs
 from tests.conftest import run_dirs, write_notebook
 
 CURVE = {"x": list(range(500)), "y": [0.123456789 * i for i in range(500)],

@@ -9,8 +9,8 @@ import sys
 import nbformat
 import pytest
 
-from lab.experiments import build_index, run_notebook
-from lab.experiments.cli import main
+from lab.cli import main
+from lab.runs import build_index, run_notebook
 from tests.conftest import ROOT, WAIT, provenance, run_dirs, wait_for, write_notebook
 
 pytestmark = pytest.mark.slow
@@ -84,7 +84,7 @@ def test_run_notebook_writes_records_provenance_and_figures(notebooks, tmp_path)
 
 
 TINY_EXPERIMENT = """
-from lab.experiments.params import with_preset
+from lab.runs.params import with_preset
 
 PRESETS = {"default": {}, "big": {"steps": 50, "width": 8}}
 
@@ -124,7 +124,7 @@ def test_an_explicit_value_beats_the_preset_in_the_kernel_and_the_record_says_so
 
 def test_provenance_asks_for_the_devices_again_when_the_device_environment_changes(
         monkeypatch):
-    from lab.experiments import provenance as prov
+    from lab.runs import provenance as prov
 
     monkeypatch.setattr(prov, "_devices_seen", {})
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=3")

@@ -154,7 +154,7 @@ def test_shipped_theta_must_match_the_meta_training(monkeypatch, tmp_path):
 def test_the_shipped_thetas_match_the_notebook_defaults():
     """scripts/vsml_theta.py wrote them with the notebook's defaults; if those change, the
     files must be rewritten (python scripts/vsml_theta.py)."""
-    from lab.experiments.params import notebook_parameters
+    from lab.runs.params import notebook_parameters
     from tests.conftest import ROOT
 
     defaults = {n: p.default for n, p in notebook_parameters(
@@ -188,7 +188,7 @@ def test_hidden_vsml_layers_meta_train_and_meta_test_on_other_class_counts():
 
 
 def test_configure_puts_the_preset_over_the_parameters():
-    from lab.experiments.params import with_preset
+    from lab.runs.params import with_preset
 
     assert configure(**DEFAULTS | {"preset": "default"}) == configure(**DEFAULTS)
     setup = configure(**DEFAULTS | {"preset": "mnist"})
@@ -205,7 +205,7 @@ def test_configure_puts_the_preset_over_the_parameters():
 
 
 def test_an_unknown_preset_is_refused_before_a_kernel_starts():
-    from lab.experiments.params import ParameterError, resolve
+    from lab.runs.params import ParameterError, resolve
     from tests.conftest import ROOT
 
     with pytest.raises(ParameterError, match="02_vsml.ipynb: unknown preset 'cifar'; choose one"):

@@ -2,6 +2,8 @@
 background knowledge (greedy over DAGs, and GES over equivalence classes), and causal model
 selection (Kyono & van der Schaar 2019)."""
 
+# Eager, not lab.lazy: the function ``ges`` shares its module's name, which a lazy package
+# would hand out once anything imported ``lab.causal.ges`` (numpy and scipy only: 0.2 s).
 from lab.causal.ges import GESResult, ges
 from lab.causal.pdag import cpdag
 from lab.causal.scm import SCM, Graph, check_dag, random_dag, topological_order

@@ -1,8 +1,15 @@
 """Datasets as numpy arrays: bundled tables, synthetic tasks and cached downloads."""
 
-from lab.data.datasets import DATASETS, is_cached, load
-from lab.data.download import DataError, data_dir
-from lab.data.tasks import FixedTaskSource, TaskSource
+from lab.lazy import exports
 
-__all__ = ["DATASETS", "DataError", "FixedTaskSource", "TaskSource", "data_dir", "is_cached",
-           "load"]
+_HOMES = {  # public name -> the module that defines it, imported on first use
+    "DATASETS": ".datasets",
+    "DataError": ".download",
+    "FixedTaskSource": ".tasks",
+    "TaskSource": ".tasks",
+    "data_dir": ".download",
+    "is_cached": ".datasets",
+    "load": ".datasets",
+}
+__all__ = sorted(_HOMES)
+__getattr__, __dir__ = exports(__name__, _HOMES)

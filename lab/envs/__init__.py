@@ -21,40 +21,31 @@ MinAtar's numpy; ``lab.envs.atari.HostAtari`` is real Atari through ale-py with 
 preprocessing (the ``atari`` extra), stepped on the host like ``HostMinAtar``.
 """
 
-from lab.envs.cartpole import CartpoleState, CartpoleSwingup
-from lab.envs.control import CONTROL_TASKS, ControlTask
-from lab.envs.dmc import DMC_TASKS, DMCEnv, make_dmc  # imports dm_control only when used
-from lab.envs.dmc_states import DMCStates, make_dmc_states
-from lab.envs.frames import frame_stack_indices, stack_frames
-from lab.envs.minatar import GAMES as MINATAR_GAMES
-from lab.envs.minatar import MinAtarState, MinAtarStep, MinAtarTask
-from lab.envs.pendulum import PendulumState, PendulumSwingup
-from lab.envs.registry import ENVS, make
-from lab.envs.render import MIN_IMAGE_SIZE
-from lab.envs.rewards import tolerance
-from lab.envs.rollout import random_episode_return
+from lab.lazy import exports
 
-__all__ = [
-    "CONTROL_TASKS",
-    "DMC_TASKS",
-    "ENVS",
-    "MINATAR_GAMES",
-    "MIN_IMAGE_SIZE",
-    "CartpoleState",
-    "CartpoleSwingup",
-    "ControlTask",
-    "DMCEnv",
-    "DMCStates",
-    "MinAtarState",
-    "MinAtarStep",
-    "MinAtarTask",
-    "PendulumState",
-    "PendulumSwingup",
-    "frame_stack_indices",
-    "make",
-    "make_dmc",
-    "make_dmc_states",
-    "random_episode_return",
-    "stack_frames",
-    "tolerance",
-]
+_HOMES = {  # public name -> the module that defines it, imported on first use
+    "CONTROL_TASKS": ".control",
+    "CartpoleState": ".cartpole",
+    "CartpoleSwingup": ".cartpole",
+    "ControlTask": ".control",
+    "DMCEnv": ".dmc",
+    "DMCStates": ".dmc_states",
+    "DMC_TASKS": ".dmc",
+    "ENVS": ".registry",
+    "MINATAR_GAMES": ".minatar:GAMES",
+    "MIN_IMAGE_SIZE": ".render",
+    "MinAtarState": ".minatar",
+    "MinAtarStep": ".minatar",
+    "MinAtarTask": ".minatar",
+    "PendulumState": ".pendulum",
+    "PendulumSwingup": ".pendulum",
+    "frame_stack_indices": ".frames",
+    "make": ".registry",
+    "make_dmc": ".dmc",
+    "make_dmc_states": ".dmc_states",
+    "random_episode_return": ".rollout",
+    "stack_frames": ".frames",
+    "tolerance": ".rewards",
+}
+__all__ = sorted(_HOMES)
+__getattr__, __dir__ = exports(__name__, _HOMES)

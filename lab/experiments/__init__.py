@@ -1,36 +1,16 @@
-"""Experiments: run notebooks with papermill, record metrics, write HTML reports.
+"""Experiments: each paper's studies, presets and claims, one module per notebook.
 
-The public names below are imported from their modules on first use: a notebook's kernel
-that only calls ``record`` does not import papermill, nbformat and nbconvert (about 2 s
-of every kernel's start, most of it a grammar that jsonschema's URI checks build)."""
+The machinery that runs notebooks is ``lab.runs``. A notebook imports the three names it
+calls from here, each from its module on first use (a kernel that only calls ``record`` does
+not import the runner): ``record`` and ``run_dir`` (``lab.runs.records``), ``report_phase``
+(``lab.sweeps.phases``)."""
 
-import importlib
+from lab.lazy import exports
 
-_HOMES = {  # public name -> the module of lab.experiments that defines it
-    "ParameterError": "params",
-    "RunResult": "runner",
-    "RunnerError": "runner",
-    "build_index": "report",
-    "export_html": "report",
-    "import_runs": "imports",
-    "notebook_parameters": "params",
-    "record": "records",
-    "report_phase": "phases",
-    "resolve": "params",
-    "run_all": "runner",
-    "run_dir": "records",
-    "run_notebook": "runner",
+_HOMES = {  # public name -> the module that defines it
+    "record": "lab.runs.records",
+    "report_phase": "lab.sweeps.phases",
+    "run_dir": "lab.runs.records",
 }
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'lab.experiments' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"lab.experiments.{_HOMES[name]}"), name)
-    globals()[name] = value  # found directly from now on
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = exports(__name__, _HOMES)

@@ -19,9 +19,9 @@ import jax
 import numpy as np
 
 from lab.envs.minatar import GAMES, MinAtarTask
-from lab.experiments.claims import plural
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
+from lab.runs.claims import plural
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.train.a2c import A2CConfig, Hyper, make_train, with_hyper
 
 PRESETS: dict[str, dict[str, Any]] = {"default": {}}

@@ -32,13 +32,13 @@ import numpy as np
 import optax
 
 from lab import parallel
-from lab.experiments.claims import Claim, plural, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
 from lab.experiments.sequence_parallel import simulate_devices  # noqa: F401 (the notebook calls it)
 from lab.models.transformer import Transformer
 from lab.parallel import automap, search
 from lab.parallel.megatron import is_megatron, megatron_layers, spec_of
+from lab.runs.claims import Claim, plural, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.train import automap as train
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -69,9 +69,9 @@ from scipy import stats
 from lab.causal import SCM, Graph, Knowledge, random_dag, search
 from lab.causal.scm import find_cycle
 from lab.causal.select import ancestor_lambda, causal_scores, combined, minmax, top_k
-from lab.experiments.claims import Claim, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
+from lab.runs.claims import Claim, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.train import causal_selection as train
 
 SHIFTS = ("all", "one")

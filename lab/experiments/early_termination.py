@@ -36,9 +36,9 @@ import optuna
 from scipy import stats
 
 from lab.experiments import a2c
-from lab.experiments.claims import Claim, plural, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
+from lab.runs.claims import Claim, plural, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.sweeps.hypertrick import TrialSeededSampler
 from lab.sweeps.simulator import METHODS, Curves, load_curves, outcomes, replay
 from lab.sweeps.spec import SweepSpec, load_spec
@@ -199,8 +199,8 @@ def a2c_curves(spec: SweepSpec, configs: list[dict[str, Any]], *, sticky: float 
 def mpo_curves(spec: SweepSpec, configs: list[dict[str, Any]],
                progress: Callable | None = None) -> Curves:
     """Train ``configs`` as ``spec``'s trials would (notebook 04's MPO, one seed each)."""
-    from lab.experiments import notebook_parameters
     from lab.experiments import policy_improvement as pi
+    from lab.runs import notebook_parameters
 
     names = inspect.signature(pi.configure).parameters
     defaults = {k: p.default for k, p in notebook_parameters(

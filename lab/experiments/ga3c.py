@@ -51,9 +51,9 @@ import jax
 import numpy as np
 
 from lab.envs.minatar import GAMES, MinAtarTask
-from lab.experiments.claims import Claim, plural, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
+from lab.runs.claims import Claim, plural, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.train import a2c as a2c_source
 from lab.train import checkpoint as checkpoints
 from lab.train import ga3c as ga3c_source
@@ -509,7 +509,7 @@ def verdict(setup: Setup, learned: dict[str, list[Result]], rates: dict[str, Any
 
 
 def summary(m: dict[str, Any], setup: Setup) -> dict[str, Any]:
-    """The claims, study and headline for ``record`` (``lab.experiments.claims``)."""
+    """The claims, study and headline for ``record`` (``lab.runs.claims``)."""
     n, s = m["agent_counts"], m["seeds"]
     claims = [
         Claim("batching_faster", "Batching through the queues gives GA3C more environment "

@@ -37,13 +37,13 @@ import optax
 
 from lab.data import load
 from lab.data.text import load_text, provenance, windows
-from lab.experiments.claims import Claim, plural, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
 from lab.experiments.sequence_parallel import simulate_devices  # noqa: F401 (the notebook calls it)
 from lab.models.interlocking import Stack, char_transformer, parameter_counts, resnet
 from lab.parallel import interlocking as schedule
 from lab.parallel.interlocking_devices import ComponentOps, op_times, run_pipeline
+from lab.runs.claims import Claim, plural, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.train import interlocking as train
 
 COMPONENTS = 4

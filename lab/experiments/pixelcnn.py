@@ -30,9 +30,6 @@ import numpy as np
 import optax
 
 from lab.data import load
-from lab.experiments.claims import Claim, plural, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
 from lab.models.pixelcnn import (
     GatedPixelCNN,
     MultiscalePixelCNN,
@@ -41,6 +38,9 @@ from lab.models.pixelcnn import (
     evaluations,
     parameter_count,
 )
+from lab.runs.claims import Claim, plural, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.train import pixelcnn as train
 
 SIZE = 32  # the training images: 28x28 padded by 2 on each side

@@ -57,11 +57,11 @@ from scipy import stats
 
 from lab import parallel
 from lab.envs.control import ControlTask
-from lab.experiments.claims import TOO_SMALL, Claim, decidable, plural, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
 from lab.models.policy import sample_actions
 from lab.rl import mpo as mpo_losses
+from lab.runs.claims import TOO_SMALL, Claim, decidable, plural, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.train import mpo, vmpo
 from lab.train.rl_loop import History
 
@@ -505,7 +505,7 @@ PAPER_SETTING = "DeepMind Control Suite and other continuous control, millions o
 # or above -200 (benchmarks/RESULTS.md, "Claims: notebooks/04_policy_improvement.ipynb"; per
 # seed 8,000 to 13,000): a shorter run ends before the claim run itself got there. The CPU
 # default's 3,000 steps are a demonstration. Below it the verdict reads "too small to decide
-# here" (``lab.experiments.claims.decidable``).
+# here" (``lab.runs.claims.decidable``).
 # Search and more updates being more data-efficient than MPO: the same 11,000. Declared
 # 2026-11-25 *after* the default run recorded "does not hold" for both with no run reaching
 # the threshold ("never" against "never" in 3,000 steps), when the claims compared the
@@ -519,7 +519,7 @@ DECIDABLE_UNIT = "environment steps"
 
 def summary(m: dict[str, Any]) -> dict[str, Any]:
     """The claims, study and headline of :func:`verdict`'s numbers for ``record`` (see
-    ``lab.experiments.claims``); only the claims the run's variants could test. Below the
+    ``lab.runs.claims``); only the claims the run's variants could test. Below the
     budget a claim needs (``DECIDABLE_AT``) its verdict is "too small to decide here"."""
     def steps(name):
         s = m[f"{name}_steps_to_threshold"]

@@ -18,9 +18,9 @@ from jax.sharding import Mesh
 
 from lab import parallel
 from lab.data import DATASETS, load
-from lab.experiments.claims import Claim, plural, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
+from lab.runs.claims import Claim, plural, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.train.proxprop import (
     Curves,
     ProxPropConfig,
@@ -334,7 +334,7 @@ PAPER_SETTING = ("CIFAR-10: an MLP 3072-4000-1000-4000-10 (Nesterov, batch 500) 
 
 def summary(metrics: dict[str, Any], setup: Setup, *, early_epoch: int = 5) -> dict[str, Any]:
     """The claims, study and headline of :func:`verdict`'s numbers for ``record`` (see
-    ``lab.experiments.claims``): both claims for every solver that trained."""
+    ``lab.runs.claims``): both claims for every solver that trained."""
     e, c = min(early_epoch, setup.config.epochs), setup.config
     net = f"MLP {'-'.join(map(str, c.hidden))}" if c.arch == "mlp" else "conv net"
     data = setup.dataset + (f" (first {setup.train_size:,})" if setup.train_size else "")

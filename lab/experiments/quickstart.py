@@ -3,8 +3,8 @@
 from typing import Any
 
 from lab.data import DATASETS
-from lab.experiments.claims import plural
-from lab.experiments.claims import summary as claims_summary
+from lab.runs.claims import plural
+from lab.runs.claims import summary as claims_summary
 from lab.train import ClassifierConfig
 
 
@@ -20,7 +20,7 @@ def configure(*, dataset: str, epochs: int, batch_size: int, lr: float, width: i
 
 
 def summary(dataset: str, config: ClassifierConfig) -> dict[str, Any]:
-    """The study and headline for ``record`` (``lab.experiments.claims``): no paper, no
+    """The study and headline for ``record`` (``lab.runs.claims``): no paper, no
     claims; the reports show the test accuracy first."""
     return claims_summary(
         paper="", claims=[], measured=(f"{dataset}, MLP {config.depth}x{config.width}, "

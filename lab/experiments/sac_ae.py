@@ -24,9 +24,9 @@ import numpy as np
 from jax.sharding import Mesh
 
 from lab import envs, parallel
-from lab.experiments.claims import TOO_SMALL, Claim, decidable, plural, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
+from lab.runs.claims import TOO_SMALL, Claim, decidable, plural, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.train import checkpoint as checkpoints
 from lab.train import sac_ae_loop as loops
 from lab.train.sac_ae import SACAEConfig
@@ -301,7 +301,7 @@ PAPER_SETTING = "DeepMind Control tasks from 84x84 pixels, up to 500k environmen
 # run that decided both (benchmarks/RESULTS.md, "Claim: notebooks/03_sac_ae.ipynb": claim 1
 # holds, claim 2 weakly); no shorter run has decided them. The CPU defaults' 12,000 (1,500
 # agent steps) only show the start of learning (SAC-AE 80.0 against a threshold of 258.3).
-# Below it a verdict reads "too small to decide here" (``lab.experiments.claims.decidable``).
+# Below it a verdict reads "too small to decide here" (``lab.runs.claims.decidable``).
 DECIDABLE_AT = {"learns_above_threshold": 80_000, "beats_pixel_sac": 80_000}
 DECIDABLE_UNIT = "environment steps"
 
@@ -314,7 +314,7 @@ def too_small(m: dict[str, Any], claim: str) -> bool:
 
 def summary(m: dict[str, Any]) -> dict[str, Any]:
     """The claims, study and headline of :func:`verdict`'s numbers for ``record`` (see
-    ``lab.experiments.claims``). Claim 2 holds *weakly* when SAC-AE is ahead on the mean
+    ``lab.runs.claims``). Claim 2 holds *weakly* when SAC-AE is ahead on the mean
     but not on every seed, or by less than the spread between seeds. Below the budget a
     claim needs (``DECIDABLE_AT``) its verdict is "too small to decide here"."""
     claims = []

@@ -39,14 +39,14 @@ from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
 from lab.data.retrieval import Retrieval
-from lab.experiments.claims import Claim, plural, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
 from lab.models.transformer import Block, Transformer, full_attention
 from lab.parallel import SIMULATE, _backends_started, cost, first_devices
 from lab.parallel.compiled import abstract, compile_program, shapes
 from lab.parallel.megatron import check_heads, megatron_specs
 from lab.parallel.ring import blockwise_attention, ring_attention, ring_self_attention
+from lab.runs.claims import Claim, plural, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.train import sequence_parallel as sp
 
 PRESETS: dict[str, dict[str, Any]] = {

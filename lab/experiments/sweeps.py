@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from lab.experiments.claims import TOO_SMALL, Claim, decidable, plural, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
+from lab.runs.claims import TOO_SMALL, Claim, decidable, plural, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.sweeps import load_spec, run_sweep
 from lab.sweeps import report as sweep_report
 from lab.sweeps.spec import SweepSpec
@@ -126,7 +126,7 @@ PAPER_SETTING = "GA3C on Atari games, trials spread over many machines"
 
 
 # The smallest budget, in environment steps per trial, at which the claim can be decided on
-# this workload (``lab.experiments.claims.decidable``). Declared 2026-11-25, after the default
+# this workload (``lab.runs.claims.decidable``). Declared 2026-11-25, after the default
 # run (8 trials of 4,500 steps) recorded "holds" on a tie: every trial of both searches ended
 # at the untrained policy's -999, so neither search found anything to compare. The evidence for
 # 6,000: the claim preset's trials of 6,000 steps learned (best -194 to -205 on every sampler
@@ -142,7 +142,7 @@ def trial_steps(spec: SweepSpec) -> int:
 
 def summary(m: dict[str, Any], spec: SweepSpec) -> dict[str, Any]:
     """The claim, study and headline of :func:`verdict`'s numbers for ``record`` (see
-    ``lab.experiments.claims``); below ``DECIDABLE_AT`` the verdict is "too small to decide
+    ``lab.runs.claims``); below ``DECIDABLE_AT`` the verdict is "too small to decide
     here"."""
     claim = Claim(
         "at_least_as_good", f"With as many configurations as random search, HyperTrick's "

@@ -44,12 +44,12 @@ from jax.sharding import Mesh
 from lab import parallel
 from lab.data import DATASETS, FixedTaskSource, TaskSource, is_cached, load
 from lab.experiments import vsml_backprop
-from lab.experiments.claims import Claim, plural, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
-from lab.experiments.provenance import now
 from lab.models.meta_rnn import MetaRNN
 from lab.models.vsml import VSMLNetwork, online_loss
+from lab.runs.claims import Claim, plural, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
+from lab.runs.provenance import now
 from lab.train import checkpoint
 from lab.train.online import make_online_learner
 from lab.train.vsml import MetaConfig, make_meta_train
@@ -724,7 +724,7 @@ PAPER_SETTING = (
 
 def summary(metrics: dict[str, Any], setup: Setup) -> dict[str, Any]:
     """The claims, study and headline of :func:`verdict` and :func:`transfer_verdict`'s
-    numbers for ``record`` (see ``lab.experiments.claims``)."""
+    numbers for ``record`` (see ``lab.runs.claims``)."""
     m = metrics
     unseen = [t for t in setup.tasks if t not in CONTROLS and t != setup.meta_dataset
               and f"{t}_chance" in m]

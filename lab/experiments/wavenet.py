@@ -32,9 +32,6 @@ import numpy as np
 import optax
 
 from lab.data import speech
-from lab.experiments.claims import Claim, verdict_of
-from lab.experiments.claims import summary as claims_summary
-from lab.experiments.params import with_preset
 from lab.models.wavenet import (
     Student,
     WaveNet,
@@ -43,6 +40,9 @@ from lab.models.wavenet import (
     sample_cached,
     sample_naive,
 )
+from lab.runs.claims import Claim, verdict_of
+from lab.runs.claims import summary as claims_summary
+from lab.runs.params import with_preset
 from lab.train import wavenet as train
 
 VARIANTS = ("student", "no_power", "draws_1", "draws_32", "clarinet")

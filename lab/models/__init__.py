@@ -1,32 +1,31 @@
-"""Equinox models. Each takes one unbatched example; batch with ``jax.vmap``."""
+"""Equinox models. Each takes one unbatched example; batch with ``jax.vmap``.
 
-from lab.models.feedforward import convnet, mlp
-from lab.models.ga3c import ActorCritic
-from lab.models.meta_rnn import MetaRNN
-from lab.models.pixelcnn import GatedPixelCNN, MultiscalePixelCNN
-from lab.models.policy import DynamicsModel, GaussianPolicy, QCritic, ValueCritic
-from lab.models.sac_ae import Actor, ConvTrunk, Critic, Decoder, Encoder, EncoderHead
-from lab.models.vsml import VSMLCell, VSMLNetwork, VSMLState, online_loss
+Importing the package imports no model: each name below comes from its module on first use
+(``lab.lazy``)."""
 
-__all__ = [
-    "Actor",
-    "ActorCritic",
-    "ConvTrunk",
-    "Critic",
-    "Decoder",
-    "DynamicsModel",
-    "Encoder",
-    "EncoderHead",
-    "GatedPixelCNN",
-    "GaussianPolicy",
-    "MetaRNN",
-    "MultiscalePixelCNN",
-    "QCritic",
-    "VSMLCell",
-    "VSMLNetwork",
-    "VSMLState",
-    "ValueCritic",
-    "convnet",
-    "mlp",
-    "online_loss",
-]
+from lab.lazy import exports
+
+_HOMES = {  # public name -> the module that defines it, imported on first use
+    "Actor": ".sac_ae",
+    "ActorCritic": ".ga3c",
+    "ConvTrunk": ".sac_ae",
+    "Critic": ".sac_ae",
+    "Decoder": ".sac_ae",
+    "DynamicsModel": ".policy",
+    "Encoder": ".sac_ae",
+    "EncoderHead": ".sac_ae",
+    "GatedPixelCNN": ".pixelcnn",
+    "GaussianPolicy": ".policy",
+    "MetaRNN": ".meta_rnn",
+    "MultiscalePixelCNN": ".pixelcnn",
+    "QCritic": ".policy",
+    "VSMLCell": ".vsml",
+    "VSMLNetwork": ".vsml",
+    "VSMLState": ".vsml",
+    "ValueCritic": ".policy",
+    "convnet": ".feedforward",
+    "mlp": ".feedforward",
+    "online_loss": ".vsml",
+}
+__all__ = sorted(_HOMES)
+__getattr__, __dir__ = exports(__name__, _HOMES)

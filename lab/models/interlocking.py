@@ -4,7 +4,8 @@ Interlocking backpropagation (Gomez, Key, Perlin, Gou, Frosst, Dean, Gal, arXiv 
 trains a network written as a list of ``K`` components ``f_1 ... f_K`` (one per device) and
 ``K - 1`` auxiliary heads ``a_1 ... a_{K-1}``: ``h_k = f_k(h_{k-1})`` with ``h_0 = x``, the
 last component's output ``h_K`` is the network's prediction, and head ``a_k`` reads ``h_k``.
-A ``Stack`` holds them; ``lab.train.interlocking`` decides which loss trains which part.
+A ``Stack`` holds them; ``lab.models.interlocking_rule`` says which loss trains which part
+and ``lab.train.interlocking`` trains them.
 
 Two families, each taking ONE example per call (batch with ``jax.vmap``):
 

@@ -1,5 +1,11 @@
 """Optimizers in the optax style."""
 
-from lab.optim.proxprop import ProxProp, proximal_step, value_and_direction
+from lab.lazy import exports
 
-__all__ = ["ProxProp", "proximal_step", "value_and_direction"]
+_HOMES = {  # public name -> the module that defines it, imported on first use
+    "ProxProp": ".proxprop",
+    "proximal_step": ".proxprop",
+    "value_and_direction": ".proxprop",
+}
+__all__ = sorted(_HOMES)
+__getattr__, __dir__ = exports(__name__, _HOMES)

@@ -27,7 +27,7 @@ and end, the time per batch and each device's utilisation.
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from lab.train.interlocking import trained_on
+from lab.models.interlocking_rule import trained_on
 
 OPS = ("forward", "head", "input", "params", "full", "update")
 

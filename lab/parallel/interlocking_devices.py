@@ -31,8 +31,8 @@ import numpy as np
 import optax
 
 from lab.models.interlocking import Stack
+from lab.models.interlocking_rule import Loss, combine, head_gradients
 from lab.parallel.interlocking import Event, Timeline, Times, plan
-from lab.train.interlocking import Loss, combine, head_gradients
 
 
 class Stopped(Exception):

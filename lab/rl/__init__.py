@@ -6,6 +6,8 @@
 ``lab.rl.search`` (local soft tree search with a model).
 """
 
+# Eager, not lab.lazy: the function ``search`` shares its module's name, which a lazy package
+# would hand out once anything imported ``lab.rl.search`` (the modules all import jax anyway).
 from lab.rl.a3c import A3CAux, a3c_loss, log_policy, rmsprop
 from lab.rl.mpo import Duals, dual, e_step, init_duals, m_step_loss, mpo_loss
 from lab.rl.returns import bootstrapped_returns

@@ -8,9 +8,16 @@ does not need). ``HyperTrickPruner`` is the early-termination rule as an Optuna
 pruner. See ``lab.sweeps.worker`` for how a trial runs its notebook.
 """
 
-from lab.sweeps.hypertrick import HyperTrickPruner, TrialSeededSampler
-from lab.sweeps.spec import SpecError, SweepSpec, load_spec
-from lab.sweeps.worker import run_sweep, work
+from lab.lazy import exports
 
-__all__ = ["HyperTrickPruner", "SpecError", "SweepSpec", "TrialSeededSampler", "load_spec",
-           "run_sweep", "work"]
+_HOMES = {  # public name -> the module that defines it, imported on first use
+    "HyperTrickPruner": ".hypertrick",
+    "SpecError": ".spec",
+    "SweepSpec": ".spec",
+    "TrialSeededSampler": ".hypertrick",
+    "load_spec": ".spec",
+    "run_sweep": ".worker",
+    "work": ".worker",
+}
+__all__ = sorted(_HOMES)
+__getattr__, __dir__ = exports(__name__, _HOMES)

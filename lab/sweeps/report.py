@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 from optuna.trial import TrialState
 
-from lab.experiments.report import REPORT_FILE
+from lab.runs.report import REPORT_FILE
 from lab.sweeps.spec import SweepSpec, load_spec
 from lab.sweeps.study import phases_reached
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from lab.experiments.params import ParameterError, notebook_parameters, resolve
+from lab.runs.params import ParameterError, notebook_parameters, resolve
 
 KINDS = ("uniform", "loguniform", "qloguniform", "int", "choice")
 SAMPLERS = ("random", "tpe")

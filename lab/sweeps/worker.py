@@ -24,9 +24,9 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from lab.experiments.phases import SWEEP_ENV
-from lab.experiments.runner import OK, PRUNED, environ, run_notebook
+from lab.runs.runner import OK, PRUNED, environ, run_notebook
 from lab.sweeps import study as studies
+from lab.sweeps.phases import SWEEP_ENV
 from lab.sweeps.spec import SweepSpec, quantize
 
 

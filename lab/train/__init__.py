@@ -1,23 +1,16 @@
 """Training loops: whole loops inside one jit."""
 
-from lab.train.supervised import (
-    ClassifierConfig,
-    History,
-    Metrics,
-    cross_entropy,
-    evaluate,
-    make_fit,
-    minibatches,
-    train_classifier,
-)
+from lab.lazy import exports
 
-__all__ = [
-    "ClassifierConfig",
-    "History",
-    "Metrics",
-    "cross_entropy",
-    "evaluate",
-    "make_fit",
-    "minibatches",
-    "train_classifier",
-]
+_HOMES = {  # public name -> the module that defines it, imported on first use
+    "ClassifierConfig": ".supervised",
+    "History": ".supervised",
+    "Metrics": ".supervised",
+    "cross_entropy": ".supervised",
+    "evaluate": ".supervised",
+    "make_fit": ".supervised",
+    "minibatches": ".supervised",
+    "train_classifier": ".supervised",
+}
+__all__ = sorted(_HOMES)
+__getattr__, __dir__ = exports(__name__, _HOMES)

@@ -9,7 +9,13 @@ experiments, so import them from their modules: ``lab.widgets.proxprop_panel``,
 finished runs.
 """
 
-from lab.widgets.controls import Control, Controls
-from lab.widgets.panel import Panel, is_headless
+from lab.lazy import exports
 
-__all__ = ["Control", "Controls", "Panel", "is_headless"]
+_HOMES = {  # public name -> the module that defines it, imported on first use
+    "Control": ".controls",
+    "Controls": ".controls",
+    "Panel": ".panel",
+    "is_headless": ".panel",
+}
+__all__ = sorted(_HOMES)
+__getattr__, __dir__ = exports(__name__, _HOMES)

@@ -15,8 +15,8 @@ from typing import Any
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from lab.experiments.records import read_metrics, run_dir
-from lab.experiments.report import load_runs
+from lab.runs.records import read_metrics, run_dir
+from lab.runs.report import load_runs
 from lab.widgets.panel import figure_png, is_headless
 
 

@@ -43,7 +43,7 @@ def figure_png(figure: Figure, dpi: int = 80) -> bytes:
 def is_headless() -> bool:
     """True under the ``lab`` runner and under papermill (no live front end): JupyterLab's
     server names the kernel's session in ``JPY_SESSION_NAME``; batch runs do not."""
-    from lab.experiments.records import run_dir
+    from lab.runs.records import run_dir
 
     return run_dir() is not None or "JPY_SESSION_NAME" not in os.environ
 

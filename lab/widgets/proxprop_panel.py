@@ -16,7 +16,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from lab.experiments import proxprop as experiment
-from lab.experiments.params import with_preset
+from lab.runs.params import with_preset
 from lab.train.proxprop import ARCHS, OPTIMIZERS
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel

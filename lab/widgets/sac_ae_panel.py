@@ -23,7 +23,7 @@ from matplotlib.image import imsave
 
 from lab import envs
 from lab.experiments import sac_ae as experiment
-from lab.experiments.params import with_preset
+from lab.runs.params import with_preset
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel
 

@@ -23,8 +23,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from lab.experiments import vsml as experiment
-from lab.experiments.params import with_preset
 from lab.models.vsml import VSMLNetwork
+from lab.runs.params import with_preset
 from lab.train.vsml import METHODS
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel, figure_png

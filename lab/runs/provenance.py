@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lab.experiments.params import Resolution
+    from lab.runs.params import Resolution
 
 PACKAGES = ("jax", "jaxlib", "equinox", "optax", "papermill")
 

@@ -1,12 +1,12 @@
 """HTML reports: one per run, an index of runs, and the claims dashboard.
 
 - ``<run>/report.html``: nbconvert's lab template under a header that leads with the run's
-  status and the paper's claims as the notebook declared them (``lab.experiments.claims``),
+  status and the paper's claims as the notebook declared them (``lab.runs.claims``),
   then its headline metrics and the parameters that differ from the notebook's defaults,
   each with its source; curves and other arrays stay in ``metrics.json`` (linked).
 - ``index.html``: every run, newest first, with its claims as verdict badges and its
   headline metrics; filters by notebook and status; which runs ``make reports`` reused and
-  which were recorded elsewhere and imported (``lab.experiments.imports``).
+  which were recorded elsewhere and imported (``lab.runs.imports``).
 - ``claims.html``: one row per claim (notebook and claim name) with its verdict at each
   scale measured, smallest to largest (:func:`scale_of`): this machine's default run, the
   other presets on CPU, then GPU runs; the headline counts take each claim once, at its
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jinja2
 
-from lab.experiments.claims import RESERVED, VERDICTS, claims_of, fmt, headline_of, study_of
-from lab.experiments.records import METRICS_FILE, read_metrics
+from lab.runs.claims import RESERVED, VERDICTS, claims_of, fmt, headline_of, study_of
+from lab.runs.records import METRICS_FILE, read_metrics
 
 if TYPE_CHECKING:  # nbconvert and nbformat are imported where a report is written, not by
     import nbformat  # every kernel whose notebook shows a compare view
@@ -132,7 +132,7 @@ def _read_json(path: Path) -> Any:
 
 def load_runs(out: Path) -> list[dict[str, Any]]:
     """Every run under ``out/runs``, newest first, with its declared claims, headline
-    metrics and study (``lab.experiments.claims``), its device, whether ``make reports``
+    metrics and study (``lab.runs.claims``), its device, whether ``make reports``
     last reused it and whether it was imported (``imported``: where from and when)."""
     reused_file = _read_json(out / REUSED_FILE)
     try:
@@ -143,7 +143,7 @@ def load_runs(out: Path) -> list[dict[str, Any]]:
     for prov in (out / "runs").glob(f"*/{PROVENANCE_FILE}"):
         folder = prov.parent
         if folder.name.startswith("."):
-            continue  # an import being copied (lab.experiments.imports)
+            continue  # an import being copied (lab.runs.imports)
         try:
             run = json.loads(prov.read_text())
         except json.JSONDecodeError:

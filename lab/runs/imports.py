@@ -3,7 +3,7 @@
     python -m lab import results/*                   # the recorded runs shipped in results/
     python -m lab import ~/from-gpu/03_sac_ae-20261201-101500-1a2b3c4d [--out reports]
 
-Each folder is a run folder as the runner writes it (``lab.experiments.runner``); only its
+Each folder is a run folder as the runner writes it (``lab.runs.runner``); only its
 ``provenance.json`` and ``metrics.json`` are needed. Every folder is checked before anything
 is written: both files parse as JSON objects; the provenance names the notebook (``.ipynb``),
 a finished status (ok, failed, interrupted, pruned: never running), the start time (ISO), the
@@ -30,10 +30,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from lab.experiments.claims import VERDICTS
-from lab.experiments.provenance import now
-from lab.experiments.records import METRICS_FILE
-from lab.experiments.report import IMPORTED_FILE, PROVENANCE_FILE, REPORT_FILE, build_index
+from lab.runs.claims import VERDICTS
+from lab.runs.provenance import now
+from lab.runs.records import METRICS_FILE
+from lab.runs.report import IMPORTED_FILE, PROVENANCE_FILE, REPORT_FILE, build_index
 
 FINISHED = ("ok", "failed", "interrupted", "pruned")  # the runner's statuses, but running
 RECORDS = (PROVENANCE_FILE, METRICS_FILE)
@@ -98,16 +98,16 @@ def _check_claims(folder: Path, metrics: dict[str, Any]) -> None:
     claims = metrics.get("claims", [])
     if not isinstance(claims, list):
         raise _refused(folder, "the claims in metrics.json are not a list",
-                       "record them with lab.experiments.claims.summary")
+                       "record them with lab.runs.claims.summary")
     for i, claim in enumerate(claims):
         if not (isinstance(claim, dict) and isinstance(claim.get("name"), str)
                 and isinstance(claim.get("statement"), str)):
             raise _refused(folder, f"claim {i} in metrics.json has no name or statement",
-                           "record claims with lab.experiments.claims.summary")
+                           "record claims with lab.runs.claims.summary")
         if claim.get("verdict") not in VERDICTS:
             raise _refused(folder, f"claim {claim['name']!r} has verdict "
                            f"{claim.get('verdict')!r}, not one of {', '.join(VERDICTS)}",
-                           "record claims with lab.experiments.claims.summary")
+                           "record claims with lab.runs.claims.summary")
 
 
 def _same_records(a: Path, b: Path) -> bool:

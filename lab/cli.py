@@ -10,6 +10,8 @@
     python -m lab sweep run sweeps/mpo_pendulum.yaml [--workers 4] [--storage URL]
     python -m lab sweep worker --storage URL --study NAME      # join from any machine
     python -m lab sweep report --storage URL --study NAME
+
+The command sits above the packages it dispatches to, ``lab.runs`` and ``lab.sweeps``.
 """
 
 import argparse
@@ -19,10 +21,10 @@ from pathlib import Path
 import yaml
 
 import lab
-from lab.experiments.params import ParameterError, resolve
-from lab.experiments.provenance import git_state
-from lab.experiments.report import build_index
-from lab.experiments.runner import (
+from lab.runs.params import ParameterError, resolve
+from lab.runs.provenance import git_state
+from lab.runs.report import build_index
+from lab.runs.runner import (
     DEFAULT_CELL_TIMEOUT,
     INTERRUPTED,
     OK,
@@ -219,7 +221,7 @@ def _run(parser, args) -> int:
 
 
 def _import(args) -> int:
-    from lab.experiments.imports import import_runs
+    from lab.runs.imports import import_runs
 
     imported = import_runs(args.folders, args.out)
     for folder in imported:

@@ -1,7 +1,7 @@
 """Run notebooks through papermill and keep a record of every run.
 
 ``run_notebook`` resolves the parameters first (notebook default < preset < explicit value,
-``lab.experiments.params``; a bad value fails in milliseconds, before any kernel starts, and
+``lab.runs.params``; a bad value fails in milliseconds, before any kernel starts, and
 writes nothing) and checks the output directory, then gives the run its own directory under
 ``<out>/runs/``, where papermill executes the prepared notebook (:func:`prepare`: the
 effective values injected):
@@ -15,7 +15,7 @@ effective values injected):
         figures/*.png      every PNG the notebook displayed
 
 and refreshes ``<out>/<notebook>.html`` (the latest report), ``<out>/index.html`` and
-``<out>/claims.html`` (every notebook's claims; ``lab.experiments.report``).
+``<out>/claims.html`` (every notebook's claims; ``lab.runs.report``).
 A notebook that raises, a cell timeout and a dead kernel all give status ``failed``
 with the error at the top of the report; Ctrl-C gives ``interrupted``; a sweep's trial that
 its pruner stopped early (it records ``pruned_at_phase``) gives ``pruned``. Either way
@@ -23,7 +23,7 @@ everything written so far is kept.
 
 ``run_all`` (``make reports``; ``--preset NAME``: every notebook that has that preset) runs a
 notebook only when its inputs changed since its last ``ok`` run with the same parameters
-(``lab.experiments.inputs``: the notebook, its parameters, the code of ``lab/``, the installed
+(``lab.runs.inputs``: the notebook, its parameters, the code of ``lab/``, the installed
 versions); otherwise it reuses that run and the index says so. ``force=True`` (``--force``)
 runs everything.
 """
@@ -47,11 +47,11 @@ import nbformat
 import papermill
 from papermill.exceptions import PapermillExecutionError
 
-from lab.experiments.inputs import changed, code_digest, dependencies_digest, fingerprint
-from lab.experiments.params import Resolution, notebook_presets, resolve
-from lab.experiments.provenance import collect, now
-from lab.experiments.records import METRICS_FILE, RUN_DIR_ENV, read_metrics
-from lab.experiments.report import (
+from lab.runs.inputs import changed, code_digest, dependencies_digest, fingerprint
+from lab.runs.params import Resolution, notebook_presets, resolve
+from lab.runs.provenance import collect, now
+from lab.runs.records import METRICS_FILE, RUN_DIR_ENV, read_metrics
+from lab.runs.report import (
     PROVENANCE_FILE,
     REPORT_FILE,
     REUSED_FILE,
@@ -64,7 +64,7 @@ from lab.experiments.report import (
 KERNEL_NAME = "lab"
 DEFAULT_CELL_TIMEOUT = 1800  # seconds for one cell; a claim preset can raise it with --timeout
 OK, FAILED, INTERRUPTED, RUNNING = "ok", "failed", "interrupted", "running"
-PRUNED = "pruned"  # a sweep's trial the pruner stopped early (lab.experiments.phases)
+PRUNED = "pruned"  # a sweep's trial the pruner stopped early (lab.sweeps.phases)
 
 
 class RunnerError(RuntimeError):
@@ -201,7 +201,7 @@ def _save_figures(nb: nbformat.NotebookNode, folder: Path) -> list[str]:
 def prepare(notebook: Path, resolution: Resolution, path: Path) -> Path:
     """Write ``notebook`` with its effective parameters injected to ``path``: papermill's
     injected cell (every value not from the notebook's defaults) and a call that tells the
-    experiment these are resolved (:func:`lab.experiments.params.resolved`), so the same
+    experiment these are resolved (:func:`lab.runs.params.resolved`), so the same
     file runs the same under the runner, plain papermill and JupyterLab."""
     from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
@@ -218,8 +218,8 @@ def prepare(notebook: Path, resolution: Resolution, path: Path) -> Path:
                         "explicit value\n"
                         + "".join(f"# {source}: {', '.join(names)}\n"
                                   for source, names in by_source.items())
-                        + "import lab.experiments.params\n\n"
-                        f"lab.experiments.params.resolved({resolution.marker!r})\n")
+                        + "import lab.runs.params\n\n"
+                        f"lab.runs.params.resolved({resolution.marker!r})\n")
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
     return path
@@ -232,7 +232,7 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
                  resolution: Resolution | None = None) -> RunResult:
     """Execute one notebook with ``explicit`` values for its parameters (``raw``: strings
     from ``-r``, taken as they are); see the module doc. ``inputs``: the run's
-    :func:`~lab.experiments.inputs.fingerprint`, and ``resolution`` its resolved
+    :func:`~lab.runs.inputs.fingerprint`, and ``resolution`` its resolved
     parameters, if already known."""
     notebook, out = Path(notebook), Path(out)
     check_notebook(notebook)

@@ -20,7 +20,7 @@ import json
 import math
 import os
 
-from lab.experiments.records import record
+from lab.runs.records import record
 
 SWEEP_ENV = "LAB_SWEEP"
 """JSON ``{"storage", "study", "trial", "phases"}`` (``trial``: the trial's number), set by
