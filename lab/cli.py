@@ -28,6 +28,7 @@ from lab.runs.runner import (
     DEFAULT_CELL_TIMEOUT,
     INTERRUPTED,
     OK,
+    PRESET_CELL_TIMEOUT,
     RunnerError,
     offers,
     run_all,
@@ -75,8 +76,9 @@ def _parser() -> argparse.ArgumentParser:
                      "<out>/prepared/ and run nothing")
     run.add_argument("--out", type=Path, default=Path("reports"),
                      help="reports folder (default: reports)")
-    run.add_argument("--timeout", type=int, default=DEFAULT_CELL_TIMEOUT,
-                     help=f"seconds one cell may run (default: {DEFAULT_CELL_TIMEOUT})")
+    run.add_argument("--timeout", type=int, default=None,
+                     help=f"seconds one cell may run (default: {DEFAULT_CELL_TIMEOUT} in a "
+                     f"default run, {PRESET_CELL_TIMEOUT} under a named preset)")
     run.add_argument("--hide-code", action="store_true", help="leave code out of the HTML")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     report = commands.add_parser("report", help="rebuild <out>/index.html and "

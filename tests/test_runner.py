@@ -177,6 +177,14 @@ def test_cell_timeout_is_recorded_as_failed(tmp_path):
     assert "This run failed in cell 1" in result.report.read_text()
 
 
+def test_a_named_presets_cells_get_hours_not_the_default_runs_half_hour():
+    # a claim preset spends an hour in one cell (notebooks 10 and 11): the default limit
+    # killed such runs after 30 minutes
+    from lab.runs.runner import DEFAULT_CELL_TIMEOUT, cell_timeout
+    assert cell_timeout(None) == cell_timeout("default") == DEFAULT_CELL_TIMEOUT == 1800
+    assert cell_timeout("claim") == cell_timeout("gpu") == 6 * 3600
+
+
 def test_dead_kernel_is_recorded_as_failed(tmp_path):
     notebook = write_notebook(tmp_path / "dies.ipynb", "code = 3", "import os\nos._exit(code)")
     result = run_notebook(notebook, out=tmp_path / "r", progress=False)

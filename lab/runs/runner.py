@@ -62,7 +62,8 @@ from lab.runs.report import (
 )
 
 KERNEL_NAME = "lab"
-DEFAULT_CELL_TIMEOUT = 1800  # seconds for one cell; a claim preset can raise it with --timeout
+DEFAULT_CELL_TIMEOUT = 1800  # seconds one cell of a default run may take
+PRESET_CELL_TIMEOUT = 6 * 3600  # ... and of a named preset (claim runs: an hour in one cell)
 OK, FAILED, INTERRUPTED, RUNNING = "ok", "failed", "interrupted", "running"
 PRUNED = "pruned"  # a sweep's trial the pruner stopped early (lab.sweeps.phases)
 
@@ -225,15 +226,23 @@ def prepare(notebook: Path, resolution: Resolution, path: Path) -> Path:
     return path
 
 
+def cell_timeout(preset: str | None) -> int:
+    """Seconds one cell may run by default: 30 minutes in a default run (a cell stuck that
+    long is a fault), 6 hours under a named preset, whose claim runs spend an hour in one
+    cell; ``--timeout`` sets it outright."""
+    return DEFAULT_CELL_TIMEOUT if preset in (None, "default") else PRESET_CELL_TIMEOUT
+
+
 def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *,
                  raw: dict[str, str] | None = None, out: str | Path = "reports",
-                 timeout: int = DEFAULT_CELL_TIMEOUT, hide_code: bool = False,
+                 timeout: int | None = None, hide_code: bool = False,
                  progress: bool = True, inputs: dict[str, str] | None = None,
                  resolution: Resolution | None = None) -> RunResult:
     """Execute one notebook with ``explicit`` values for its parameters (``raw``: strings
     from ``-r``, taken as they are); see the module doc. ``inputs``: the run's
     :func:`~lab.runs.inputs.fingerprint`, and ``resolution`` its resolved
-    parameters, if already known."""
+    parameters, if already known. ``timeout``: seconds one cell may run (None:
+    :func:`cell_timeout` of the run's preset)."""
     notebook, out = Path(notebook), Path(out)
     check_notebook(notebook)
     resolution = resolution or resolve(notebook, explicit or {}, raw=raw)
@@ -255,7 +264,8 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
         with environ(**{RUN_DIR_ENV: str(folder.resolve())}):
             papermill.execute_notebook(  # the prepared notebook: parameters are injected
                 str(executed), str(executed), kernel_name=kernel,
-                cwd=str(folder), execution_timeout=timeout, progress_bar=progress)
+                cwd=str(folder), progress_bar=progress,
+                execution_timeout=timeout or cell_timeout(parameters.get("preset")))
     except PapermillExecutionError as err:
         interrupted = err.ename == "KeyboardInterrupt"
         status, error = (INTERRUPTED if interrupted else FAILED), f"{err.ename}: {err.evalue}"
