@@ -30,11 +30,11 @@ setup: $(SETUP) $(LAB_SETTINGS)
 ## Import the recorded claim-scale and GPU runs (results/: their metrics.json and
 ## provenance.json), then run every notebook in notebooks/ with its default parameters into
 ## reports/; a notebook whose inputs are unchanged since its last ok run is reused.
-## `make reports FORCE=1` runs all.
+## `make reports FORCE=1` runs all; `make reports JOBS=N` runs N notebooks at once.
 RECORDED := $(patsubst %/provenance.json,%,$(wildcard results/*/provenance.json))
 reports: $(SETUP)
 	$(if $(RECORDED),$(PY) -m lab import $(RECORDED) --out reports)
-	$(PY) -m lab run --all --out reports $(if $(FORCE),--force)
+	$(PY) -m lab run --all --out reports $(if $(FORCE),--force) $(if $(JOBS),--jobs $(JOBS))
 
 ## A small HyperTrick sweep end to end on this machine (sweeps/mpo_pendulum.yaml, 2 workers):
 ## trials under reports/sweeps/<name>/runs, the sweep's page at reports/sweeps/<name>.html.

@@ -3,7 +3,7 @@
     python -m lab run notebooks/00_quickstart.ipynb -p epochs 2 [--out reports]
     python -m lab run NOTEBOOK -p preset claim -f params.yaml -y "seeds: 5" -r name text
     python -m lab run NOTEBOOK ... --prepare-only   # the prepared notebook; nothing runs
-    python -m lab run --all [--preset gpu] [--notebooks notebooks] [--force]
+    python -m lab run --all [--preset gpu] [--notebooks notebooks] [--force] [--jobs N]
     python -m lab import DIR...                     # run folders made on other machines
     python -m lab report
     python -m lab --version
@@ -26,6 +26,7 @@ from lab.runs.provenance import git_state
 from lab.runs.report import build_index
 from lab.runs.runner import (
     DEFAULT_CELL_TIMEOUT,
+    DEFAULT_JOBS,
     INTERRUPTED,
     OK,
     PRESET_CELL_TIMEOUT,
@@ -61,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true",
                      help="with --all: run every notebook, even one whose inputs are "
                      "unchanged since its last ok run")
+    run.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
+                     help="with --all: run up to N notebooks at once, each kernel with its "
+                     f"share of the cores (default: {DEFAULT_JOBS}, the fastest measured on "
+                     "the 2-core machine)")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                      metavar=("NAME", "VALUE"), help="a parameter's value, converted to the "
                      "type of its default (repeatable); beats the preset's and the notebook's")
@@ -184,6 +189,8 @@ def _run(parser, args) -> int:
         parser.error("--preset goes with --all; for one notebook pass -p preset NAME")
     if args.force and not args.all:
         parser.error("--force applies to --all; one notebook always runs")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     options = dict(out=args.out, timeout=args.timeout, hide_code=args.hide_code,
                    progress=not args.no_progress)
     if args.all:
@@ -192,7 +199,7 @@ def _run(parser, args) -> int:
             raise ParameterError(f"no notebook in {args.notebooks} has a preset "
                                  f"{args.preset!r}; see each notebook's parameters cell")
         results = run_all(args.notebooks, preset=args.preset, force=args.force,
-                          prepare_only=args.prepare_only,
+                          prepare_only=args.prepare_only, jobs=args.jobs,
                           log=lambda line: print(line, flush=True), **options)
         if args.prepare_only:
             return 0

@@ -62,6 +62,7 @@ def test_bad_parameters_are_one_line_errors_that_write_nothing(notebook, tmp_pat
 @pytest.mark.parametrize("args, message", [
     (["--all", "-p", "epochs", "2"], "-p, -r, -f and -y apply to one notebook"),
     (["NOTEBOOK", "--preset", "claim"], "--preset goes with --all"),
+    (["--all", "--jobs", "0"], "--jobs must be at least 1, got 0"),
 ])
 def test_misplaced_options_are_usage_errors(notebook, capsys, args, message):
     args = [str(notebook) if a == "NOTEBOOK" else a for a in args]

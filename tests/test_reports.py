@@ -5,6 +5,7 @@ tiny notebooks through the runner."""
 
 import json
 import re
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -24,9 +25,9 @@ from lab.runs.claims import (
     verdict_of,
 )
 from lab.runs.imports import import_runs
-from lab.runs.inputs import changed, code_digest, fingerprint
+from lab.runs.inputs import changed, complete, file_digest, fingerprint, refresh
 from lab.runs.report import claim_rows, device_of, export_html, load_runs
-from tests.conftest import run_dirs, write_notebook
+from tests.conftest import provenance, run_dirs, write_notebook
 
 CURVE = {"x": list(range(500)), "y": [0.123456789 * i for i in range(500)],
          "xlabel": "epoch", "ylabel": "loss"}
@@ -334,53 +335,97 @@ def test_run_header_names_where_each_changed_parameter_came_from(tmp_path):
 
 def test_fingerprint_names_what_changed(tmp_path):
     nb = write_notebook(tmp_path / "a.ipynb", "x = 1", "print(x)")
-    first = fingerprint(nb, {"x": 1}, code="c", dependencies="d")
-    assert fingerprint(nb, {"x": 1}, code="c", dependencies="d") == first
-    assert changed(first, fingerprint(nb, {"x": 2}, code="c", dependencies="d")) == ["parameters"]
-    assert changed(first, fingerprint(nb, {"x": 1}, code="c2", dependencies="d")) == ["code"]
+    module, data = tmp_path / "m.py", tmp_path / "table.csv"
+    module.write_text("a = 1\n")
+    data.write_text("1,2\n")
+    used = {"modules": {str(module): file_digest(module)}, "data": {str(data): file_digest(data)}}
+    first = complete(fingerprint(nb, {"x": 1}, dependencies="d"), used)
+    assert first["files"] == used and {"modules", "data", "digest"} <= set(first)
+
+    def now(parameters=None, dependencies="d"):
+        return complete(fingerprint(nb, parameters or {"x": 1}, dependencies=dependencies),
+                        refresh(first))
+
+    assert now() == first
+    assert changed(first, now({"x": 2})) == ["parameters"]
+    assert changed(first, now(dependencies="d2")) == ["dependencies"]
+    source = nb.read_text()
+    nb.write_text(source.replace("print(x)", "print(x + 1)"))
+    assert changed(first, now()) == ["notebook"]
+    nb.write_text(source)
+    module.write_text("a = 2\n")
+    data.write_text("1,3\n")
+    assert changed(first, now()) == [str(module), str(data)]
+    data.unlink()
+    assert changed(first, now())[-1] == f"{data} (gone)"
+    # a run that recorded no modules (it failed, or an older record) is never reused
+    assert "digest" not in complete(fingerprint(nb, {"x": 1}, dependencies="d"), None)
+    assert changed({"notebook": "n"}, first) == ["no record of the modules and data it used"]
     assert changed(None, first) == ["no record of the inputs"]
-    pkg = tmp_path / "pkg"
-    (pkg / "__pycache__").mkdir(parents=True)
-    (pkg / "m.py").write_text("a = 1\n")
-    before = code_digest(pkg)
-    (pkg / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"compiled")
-    assert code_digest(pkg) == before  # caches are not code
-    (pkg / "m.py").write_text("a = 2\n")
-    assert code_digest(pkg) != before
 
 
 @pytest.mark.slow
-def test_make_reports_reuses_an_unchanged_notebook_and_reruns_a_changed_one(tmp_path):
-    folder, out = tmp_path / "notebooks", tmp_path / "reports"
-    nb = write_notebook(folder / "a.ipynb", "x = 1",
-                        "from lab.experiments import record\nrecord(x=x, headline=['x'])")
-    lines = []
-    (first,) = run_all(folder, out=out, progress=False, log=lines.append)
-    assert not first.reused and first.status == "ok"
-    assert lines[0].startswith("[1/1] a.ipynb, 0:00 elapsed: running (changed: no record of "
-                               "the inputs); no earlier run")
+def test_make_reports_reruns_only_the_notebooks_whose_modules_or_data_changed(
+        tmp_path, monkeypatch):
+    """Two notebooks, each importing a module of its own (and one reading a data file), run
+    two at a time: an edit to one module re-runs only the notebook that imported it; so does
+    an edit to the data file; an unchanged one is reused; --force runs all. The kernels'
+    compiled programs land in the compilation cache given."""
+    folder, out, pkg = tmp_path / "notebooks", tmp_path / "reports", tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "mod_a.py").write_text("A = 1\n")
+    (pkg / "mod_b.py").write_text("B = 1\n")
+    table = tmp_path / "table.txt"
+    table.write_text("7\n")
+    monkeypatch.setenv("PYTHONPATH", str(pkg))  # the kernels import them
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.setenv("LAB_COMPILE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    write_notebook(folder / "a.ipynb", "x = 1",
+                       f"import mod_a\nfrom lab.experiments import record\n"
+                       f"record(a=mod_a.A, n=int(open({str(table)!r}).read()))")
+    write_notebook(folder / "b.ipynb", "x = 1",
+                   "import jax, mod_b\nfrom lab.experiments import record\n"
+                   "record(b=mod_b.B, y=float(jax.jit(lambda v: v * 2)(3.0)))")
 
-    lines.clear()
-    (second,) = run_all(folder, out=out, progress=False, log=lines.append)
-    assert second.reused and second.run_dir == first.run_dir
-    assert run_dirs(out) == [first.run_dir]
-    assert "reusing the ok run of" in lines[0] and "1 reused" in lines[-1]
-    assert json.loads((out / "reused.json").read_text())["a.ipynb"]["run"] == first.run_dir.name
+    def make_reports(**options):
+        lines = []
+        results = run_all(folder, out=out, progress=False, log=lines.append, jobs=2,
+                          **options)
+        ran = sorted(r.notebook.name for r in results if not r.reused)
+        assert all(r.status == "ok" for r in results), lines
+        return ran, lines
+
+    ran, lines = make_reports()
+    assert ran == ["a.ipynb", "b.ipynb"]
+    assert any("running (changed: no record of the inputs)" in line for line in lines)
+    assert lines[-1].startswith("done in ") and lines[-1].endswith("2 notebook(s), 0 reused")
+    first_a = next(d for d in run_dirs(out) if d.name.startswith("a-"))
+    inputs = provenance(first_a)["inputs"]
+    assert str(pkg / "mod_a.py") in inputs["files"]["modules"]
+    assert "lab/runs/records.py" in inputs["files"]["modules"]
+    assert not any("mod_b" in m for m in inputs["files"]["modules"])
+    assert list(inputs["files"]["data"]) == [str(table)]
+    b_run = provenance(next(d for d in run_dirs(out) if d.name.startswith("b-")))
+    assert b_run["kernel_environment"]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert b_run["kernel_time"]["compiles"] >= 1
+    assert list((tmp_path / "cache").glob("*/jit__lambda*"))  # the compilation cache
+
+    assert make_reports()[0] == []  # nothing changed: both reused
+    assert json.loads((out / "reused.json").read_text())["a.ipynb"]["run"] == first_a.name
     assert "reused 20" in (out / "index.html").read_text()
-
-    edited = nbformat.read(nb, as_version=4)
-    edited.cells.append(nbformat.v4.new_code_cell("y = 2"))
-    nbformat.write(edited, nb)
-    (third,) = run_all(folder, out=out, progress=False, log=lines.append)
-    assert not third.reused and third.run_dir != first.run_dir
-    assert "changed: notebook); its last run took 0:0" in lines[-2]
-    assert "about 0:0" in lines[-2]
+    (pkg / "mod_a.py").write_text("A = 2\n")
+    ran, lines = make_reports()
+    assert ran == ["a.ipynb"] and any(f"changed: {pkg / 'mod_a.py'}" in line for line in lines)
+    (pkg / "mod_b.py").write_text("B = 2\n")
+    assert make_reports()[0] == ["b.ipynb"]
+    table.write_text("8\n")
+    assert make_reports()[0] == ["a.ipynb"]
     assert "a.ipynb" not in json.loads((out / "reused.json").read_text())
-    assert "reused 20" not in (out / "index.html").read_text()
 
-    (forced,) = run_all(folder, out=out, progress=False, force=True, log=lines.append)
-    assert not forced.reused and len(run_dirs(out)) == 3
-    assert "running (forced)" in lines[-2]
+    ran, lines = make_reports(force=True)
+    assert ran == ["a.ipynb", "b.ipynb"] and "running (forced)" in lines[0]
+    assert len(run_dirs(out)) == 7
 
 
 def test_sac_ae_claim_two_is_weak_when_not_ahead_on_every_seed():
@@ -402,3 +447,32 @@ def test_sac_ae_claim_two_is_weak_when_not_ahead_on_every_seed():
     assert sac_ae_summary(behind)["claims"][1]["verdict"] == FAILS
     assert sac_ae_summary(m)["study"]["measured"] == \
         "pendulum_swingup at 24x24, 80,000 environment steps, 3 seeds"
+
+
+def test_kernels_side_by_side_share_the_cores_and_key_their_compilation_cache(monkeypatch,
+                                                                               tmp_path):
+    from lab.runs.runner import SINGLE_THREAD_XLA, compile_cache_dir, kernel_environment
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.setenv("LAB_COMPILE_CACHE", str(tmp_path))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    two = kernel_environment(jobs=2, cores=2)
+    assert two["OMP_NUM_THREADS"] == two["OPENBLAS_NUM_THREADS"] == "1"
+    assert two["XLA_FLAGS"] == f"--xla_force_host_platform_device_count=8 {SINGLE_THREAD_XLA}"
+    assert two["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"  # a GPU shared by kernels
+    wide = kernel_environment(jobs=2, cores=16)
+    assert wide["OMP_NUM_THREADS"] == "8" and "XLA_FLAGS" not in wide  # pinned instead
+    alone = kernel_environment(jobs=1, cores=2)
+    assert "OMP_NUM_THREADS" not in alone and "XLA_PYTHON_CLIENT_PREALLOCATE" not in alone
+    # one cache folder per jax, jaxlib, machine, XLA_FLAGS and JAX_* setting
+    assert Path(alone["JAX_COMPILATION_CACHE_DIR"]).parent == tmp_path
+    assert alone["JAX_COMPILATION_CACHE_DIR"] != two["JAX_COMPILATION_CACHE_DIR"]
+    assert compile_cache_dir("") != compile_cache_dir("--xla_cpu_use_fusion_emitters=false")
+    monkeypatch.setenv("JAX_ENABLE_X64", "1")
+    assert kernel_environment(jobs=1)["JAX_COMPILATION_CACHE_DIR"] != \
+        alone["JAX_COMPILATION_CACHE_DIR"]
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/yours")
+    assert "JAX_COMPILATION_CACHE_DIR" not in kernel_environment(jobs=1)  # yours is kept
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
+    monkeypatch.setenv("LAB_COMPILE_CACHE", "off")
+    assert "JAX_COMPILATION_CACHE_DIR" not in kernel_environment(jobs=1)

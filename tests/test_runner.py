@@ -79,7 +79,10 @@ def test_run_notebook_writes_records_provenance_and_figures(notebooks, tmp_path)
     assert "b_records.ipynb" in html and "data:image/png" in html
     # it declared no claims or headline: the header names how many values metrics.json holds
     assert "declares no claims" in html and "3 more recorded values" in html
-    assert set(run["inputs"]) == {"notebook", "parameters", "code", "dependencies", "digest"}
+    assert set(run["inputs"]) == {"notebook", "parameters", "dependencies", "modules", "data",
+                                  "digest", "files"}
+    assert "lab/runs/records.py" in run["inputs"]["files"]["modules"]
+    assert run["kernel_time"]["wall_s"] > 0
     assert result.run_dir.name.startswith("b_records-")
 
 

@@ -47,7 +47,8 @@ import nbformat
 import papermill
 from papermill.exceptions import PapermillExecutionError
 
-from lab.runs.inputs import changed, code_digest, dependencies_digest, fingerprint
+from lab.runs import inputs as run_inputs
+from lab.runs.inputs import changed, complete, dependencies_digest, fingerprint, refresh
 from lab.runs.params import Resolution, notebook_presets, resolve
 from lab.runs.provenance import collect, now
 from lab.runs.records import METRICS_FILE, RUN_DIR_ENV, read_metrics
@@ -65,6 +66,7 @@ KERNEL_NAME = "lab"
 DEFAULT_CELL_TIMEOUT = 1800  # seconds one cell of a default run may take
 PRESET_CELL_TIMEOUT = 6 * 3600  # ... and of a named preset (claim runs: an hour in one cell)
 OK, FAILED, INTERRUPTED, RUNNING = "ok", "failed", "interrupted", "running"
+DEFAULT_JOBS = 1  # notebooks at once under `--all` (measured: benchmarks/RESULTS.md)
 PRUNED = "pruned"  # a sweep's trial the pruner stopped early (lab.sweeps.phases)
 
 
@@ -199,11 +201,14 @@ def _save_figures(nb: nbformat.NotebookNode, folder: Path) -> list[str]:
     return names
 
 
-def prepare(notebook: Path, resolution: Resolution, path: Path) -> Path:
+def prepare(notebook: Path, resolution: Resolution, path: Path, *,
+            record_inputs: bool = False) -> Path:
     """Write ``notebook`` with its effective parameters injected to ``path``: papermill's
     injected cell (every value not from the notebook's defaults) and a call that tells the
     experiment these are resolved (:func:`lab.runs.params.resolved`), so the same
-    file runs the same under the runner, plain papermill and JupyterLab."""
+    file runs the same under the runner, plain papermill and JupyterLab.
+    ``record_inputs``: add the first and last cells that record the modules and data files
+    the kernel uses (:mod:`lab.runs.inputs`)."""
     from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
 
@@ -221,6 +226,11 @@ def prepare(notebook: Path, resolution: Resolution, path: Path) -> Path:
                                   for source, names in by_source.items())
                         + "import lab.runs.params\n\n"
                         f"lab.runs.params.resolved({resolution.marker!r})\n")
+    if record_inputs:
+        tagged = {"tags": [run_inputs.TAG]}
+        nb.cells = ([nbformat.v4.new_code_cell(run_inputs.START_CELL, metadata=tagged)]
+                    + nb.cells
+                    + [nbformat.v4.new_code_cell(run_inputs.FINISH_CELL, metadata=tagged)])
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
     return path
@@ -233,16 +243,79 @@ def cell_timeout(preset: str | None) -> int:
     return DEFAULT_CELL_TIMEOUT if preset in (None, "default") else PRESET_CELL_TIMEOUT
 
 
+CACHE_ENV = "LAB_COMPILE_CACHE"  # a folder for JAX's compilation cache, or "off"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+def available_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def compile_cache_dir(xla_flags: str) -> Path | None:
+    """The folder of JAX's persistent compilation cache for notebook runs: one per jax,
+    jaxlib, machine and ``XLA_FLAGS``, under ``$LAB_COMPILE_CACHE`` or the per-user cache
+    folder (``~/.cache/lab/jax-compile``), so no other version or flag reuses a program
+    (JAX's own cache key also hashes the flags a kernel sets itself, e.g. the simulated
+    devices of notebooks 09 and 10). None when ``LAB_COMPILE_CACHE=off``."""
+    import platform
+    from importlib import metadata
+
+    root = os.environ.get(CACHE_ENV, "")
+    if root.lower() in ("off", "0", "no", "false"):
+        return None
+    versions = []
+    for name in ("jax", "jaxlib"):
+        try:
+            versions.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{name}==none")
+    settings = sorted(f"{k}={v}" for k, v in os.environ.items()
+                      if k.startswith("JAX_") and k != "JAX_COMPILATION_CACHE_DIR")
+    key = hashlib.sha256("\n".join([*versions, platform.machine(), xla_flags, *settings])
+                         .encode())
+    base = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME")
+                                        or Path.home() / ".cache") / "lab" / "jax-compile"
+    return base / f"{'-'.join(v.replace('==', '') for v in versions)}-{key.hexdigest()[:12]}"
+
+
+def kernel_environment(jobs: int = 1, cores: int | None = None) -> dict[str, str]:
+    """Variables for a notebook's kernel when ``jobs`` kernels run at once on ``cores``
+    cores: each gets ``cores // jobs`` threads (at least one) for BLAS and, at one thread,
+    for XLA's CPU backend (Eigen off; :func:`run_all` also pins a kernel of several threads
+    to its own cores); beside other kernels no kernel preallocates a GPU's memory; every
+    kernel uses the persistent compilation cache (:func:`compile_cache_dir`)."""
+    cores = cores or available_cores()
+    env: dict[str, str] = {}
+    if jobs > 1:
+        threads = max(1, cores // jobs)
+        env |= {name: str(threads) for name in THREAD_VARIABLES}
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        if threads == 1:
+            env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SINGLE_THREAD_XLA}".strip()
+    cache = compile_cache_dir(env.get("XLA_FLAGS", os.environ.get("XLA_FLAGS", "")))
+    if cache is not None and "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # yours wins
+        env |= {"JAX_COMPILATION_CACHE_DIR": str(cache)} | {  # your own values win
+            name: os.environ.get(name, default) for name, default in (
+                ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1"),
+                ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0"))}
+    return env
+
+
 def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *,
                  raw: dict[str, str] | None = None, out: str | Path = "reports",
                  timeout: int | None = None, hide_code: bool = False,
                  progress: bool = True, inputs: dict[str, str] | None = None,
-                 resolution: Resolution | None = None) -> RunResult:
+                 resolution: Resolution | None = None,
+                 kernel_env: dict[str, str] | None = None) -> RunResult:
     """Execute one notebook with ``explicit`` values for its parameters (``raw``: strings
     from ``-r``, taken as they are); see the module doc. ``inputs``: the run's
     :func:`~lab.runs.inputs.fingerprint`, and ``resolution`` its resolved
     parameters, if already known. ``timeout``: seconds one cell may run (None:
-    :func:`cell_timeout` of the run's preset)."""
+    :func:`cell_timeout` of the run's preset). ``kernel_env``: variables for the kernel
+    (:func:`kernel_environment`; None: that of one notebook at a time)."""
+    kernel_env = kernel_environment() if kernel_env is None else kernel_env
     notebook, out = Path(notebook), Path(out)
     check_notebook(notebook)
     resolution = resolution or resolve(notebook, explicit or {}, raw=raw)
@@ -251,9 +324,10 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
     kernel = ensure_kernel()
 
     folder = _new_run_dir(out, notebook, parameters)
-    executed = prepare(notebook, resolution, folder / notebook.name)
+    executed = prepare(notebook, resolution, folder / notebook.name, record_inputs=True)
     run = collect(notebook, resolution) | {
         "inputs": inputs or fingerprint(notebook, parameters),
+        "kernel_environment": kernel_env or {},
         "run_dir": str(folder), "status": RUNNING,
         "started": now(), "ended": None, "duration_s": None, "error": None,
     }
@@ -261,7 +335,7 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
     _write_json(folder / METRICS_FILE, {})  # every run has one; record() fills it
     status, error, start = OK, None, time.monotonic()
     try:
-        with environ(**{RUN_DIR_ENV: str(folder.resolve())}):
+        with environ(**(kernel_env or {}), **{RUN_DIR_ENV: str(folder.resolve())}):
             papermill.execute_notebook(  # the prepared notebook: parameters are injected
                 str(executed), str(executed), kernel_name=kernel,
                 cwd=str(folder), progress_bar=progress,
@@ -285,6 +359,12 @@ def _finish(notebook: Path, executed: Path, folder: Path, out: Path, run: dict,
             hide_code: bool) -> None:
     """Write provenance, figures, the HTML report and the index, whatever happened."""
     nb = nbformat.read(executed if executed.exists() else notebook, as_version=4)
+    nb.cells = [c for c in nb.cells if run_inputs.TAG not in c.metadata.get("tags", [])]
+    nbformat.write(nb, executed)  # the notebook as written, its own cells numbered as there
+    used = run_inputs.read_used(folder)
+    if used is not None:
+        run["kernel_time"] = used.pop("time", {})
+    run["inputs"] = complete(run["inputs"], used if run["status"] == OK else None)
     if run["status"] != OK:
         _add_error_banner(nb, run["status"], run["error"])
         nbformat.write(nb, executed)
@@ -378,7 +458,7 @@ def write_prepared(notebook: Path, resolution: Resolution, out: Path) -> Path:
 
 
 def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
-            force: bool = False, prepare_only: bool = False, log=print,
+            force: bool = False, prepare_only: bool = False, log=print, jobs: int = 1,
             **kwargs: Any) -> list[RunResult]:
     """Run every notebook in ``folder`` with its defaults, or every one that offers
     ``preset`` with that preset (the others are logged as skipped), in name order; a
@@ -386,7 +466,8 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
     since its last ``ok`` run (same effective parameters) is not run again unless
     ``force``. ``prepare_only``: write each prepared notebook (:func:`write_prepared`) instead of
     running it. ``log`` gets one progress line per notebook: k of n, elapsed, the estimate
-    left from each notebook's last run."""
+    left from each notebook's last run. ``jobs``: how many notebooks run at once
+    (:func:`_run_side_by_side`), each in a worker process of its own."""
     out = Path(kwargs.get("out", "reports"))
     notebooks = sorted(Path(folder).glob("*.ipynb"))
     skipped = [nb for nb in notebooks if not offers(nb, preset)]
@@ -401,37 +482,120 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
         for path in paths:
             log(f"prepared {path}")
         return []
-    code, deps = code_digest(), dependencies_digest()
+    deps = dependencies_digest()
     runs = load_runs(out)
     plans = []
     for notebook, resolution in zip(notebooks, resolutions, strict=True):
         parameters = resolution.values
-        inputs = fingerprint(notebook, parameters, code=code, dependencies=deps)
+        start = fingerprint(notebook, parameters, dependencies=deps)
         mine = [r for r in runs if r.get("notebook") == notebook.name
                 and r.get("status") == OK and r.get("parameters") == parameters]
         same = next((r for r in mine if (r.get("inputs") or {}).get("digest")
-                     == inputs["digest"] and (Path(r["folder"]) / REPORT_FILE).exists()),
-                    None)
+                     == complete(start, refresh(r["inputs"])).get("digest")
+                     and (Path(r["folder"]) / REPORT_FILE).exists()), None)
         estimate = next((r.get("duration_s") for r in mine), None)
-        plans.append(Plan(notebook, resolution, inputs, None if force else same, estimate,
-                          changed((mine[0] if mine else {}).get("inputs"), inputs)))
-    start, results = time.monotonic(), []
+        last = (mine[0] if mine else {}).get("inputs")
+        plans.append(Plan(notebook, resolution, start, None if force else same, estimate,
+                          changed(last, complete(start, refresh(last)))))
+    start_time, results = time.monotonic(), []
+    to_run = []
     for k, plan in enumerate(plans, 1):
-        head = (f"[{k}/{len(plans)}] {plan.notebook.name}, "
-                f"{_minutes(time.monotonic() - start)} elapsed")
         if plan.reuse is not None:
-            log(f"{head}: reusing the ok run of "
+            log(f"[{k}/{len(plans)}] {plan.notebook.name}: reusing the ok run of "
                 f"{plan.reuse['started'][:16].replace('T', ' ')} UTC, inputs unchanged "
                 "(--force runs it)")
             results.append(_reuse(plan.reuse, plan.notebook, out))
-            continue
-        reason = "forced" if force else "changed: " + ", ".join(plan.changed)
-        log(f"{head}: running ({reason}); {_estimate(plan.estimate, plans[k - 1:])}")
-        results.append(run_notebook(plan.notebook, resolution=plan.resolution,
-                                    inputs=plan.inputs, **kwargs))
-        if results[-1].status == INTERRUPTED:
-            break
+        else:
+            to_run.append((k, plan))
+    if jobs <= 1:
+        for k, plan in to_run:
+            reason = "forced" if force else "changed: " + ", ".join(plan.changed)
+            log(f"[{k}/{len(plans)}] {plan.notebook.name}, "
+                f"{_minutes(time.monotonic() - start_time)} elapsed: running ({reason}); "
+                f"{_estimate(plan.estimate, [p for _, p in to_run if _ >= k])}")
+            results.append(run_notebook(plan.notebook, resolution=plan.resolution,
+                                        inputs=plan.inputs, **kwargs))
+            if results[-1].status == INTERRUPTED:
+                break
+    else:
+        results += _run_side_by_side(to_run, len(plans), jobs, force, start_time, log, kwargs)
     build_index(out)
-    log(f"done in {_minutes(time.monotonic() - start)}: {len(results)} notebook(s), "
+    log(f"done in {_minutes(time.monotonic() - start_time)}: {len(results)} notebook(s), "
         f"{sum(r.reused for r in results)} reused")
     return results
+
+
+def _slot_cores(slot: int, threads: int, cores: list[int]) -> list[int]:
+    return cores[slot * threads:(slot + 1) * threads]
+
+
+def _run_in_worker(plan: "Plan", kwargs: dict, env: dict[str, str],
+                   cores: list[int]) -> RunResult:
+    """One notebook in a worker process of its own (cwd and environment are per process,
+    and papermill changes both): pinned to ``cores`` when there are several."""
+    if len(cores) > 1 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)  # the kernel inherits it: XLA sizes its pool by it
+    return run_notebook(plan.notebook, resolution=plan.resolution, inputs=plan.inputs,
+                        kernel_env=env, **kwargs)
+
+
+def _run_side_by_side(to_run: list[tuple[int, "Plan"]], total: int, jobs: int, force: bool,
+                      start_time: float, log, kwargs: dict) -> list[RunResult]:
+    """Up to ``jobs`` notebooks at once, the longest first (by their last runs' times, never
+    run ones first of all), each kernel with its share of the cores
+    (:func:`kernel_environment`); one line when each starts and when each ends."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else list(range(os.cpu_count() or 1))
+    threads = max(1, len(cores) // jobs)
+    env = kernel_environment(jobs, len(cores))
+    ensure_kernel()  # once, before the workers look for it
+    queue = sorted(to_run, key=lambda kp: -(kp[1].estimate if kp[1].estimate is not None
+                                            else float("inf")))
+    free, running, results = list(range(jobs)), {}, []
+    pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                  max_tasks_per_child=1)
+    try:
+        while queue or running:
+            while queue and free:
+                (k, plan), slot = queue.pop(0), free.pop(0)
+                reason = "forced" if force else "changed: " + ", ".join(plan.changed)
+                log(f"[{k}/{total}] {plan.notebook.name}, "
+                    f"{_minutes(time.monotonic() - start_time)} elapsed: running ({reason}) "
+                    f"beside {len(running)} other(s); "
+                    f"{_estimate(plan.estimate, [plan] + [p for _, p in queue])}")
+                pinned = _slot_cores(slot, threads, cores) if threads > 1 else []
+                future = pool.submit(_run_in_worker, plan, kwargs | {"progress": False},
+                                     env, pinned)
+                running[future] = (k, plan, slot)
+            done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+            for future in done:
+                k, plan, slot = running.pop(future)
+                free.append(slot)
+                try:
+                    result = future.result()
+                except Exception as err:  # the worker died: say so, go on with the others
+                    log(f"[{k}/{total}] {plan.notebook.name}: the worker failed "
+                        f"({type(err).__name__}: {err})")
+                    continue
+                results.append(result)
+                log(f"[{k}/{total}] {plan.notebook.name}: {result.status} after "
+                    f"{_minutes(provenance_duration(result))}, "
+                    f"{_minutes(time.monotonic() - start_time)} elapsed, "
+                    f"{len(queue) + len(running)} left")
+    except KeyboardInterrupt:  # the workers got Ctrl-C too: each records its run, interrupted
+        log("interrupted: waiting for the running notebooks to record their runs")
+        pool.shutdown(wait=True, cancel_futures=True)
+        results += [f.result() for f in running if f.done() and f.exception() is None]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return results
+
+
+def provenance_duration(result: RunResult) -> float | None:
+    try:
+        return json.loads((result.run_dir / PROVENANCE_FILE).read_text()).get("duration_s")
+    except (OSError, json.JSONDecodeError):
+        return None
