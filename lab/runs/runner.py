@@ -246,7 +246,7 @@ def cell_timeout(preset: str | None) -> int:
 CACHE_ENV = "LAB_COMPILE_CACHE"  # a folder for JAX's compilation cache, or "off"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
-SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false"  # Eigen's thread pool off
 
 
 def available_cores() -> int:
