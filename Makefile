@@ -31,7 +31,8 @@ setup: $(SETUP) $(LAB_SETTINGS)
 ## provenance.json), then run every notebook in notebooks/ with its default parameters into
 ## reports/; a notebook whose inputs are unchanged since its last ok run is reused.
 ## `make reports FORCE=1` runs all; `make reports JOBS=N` runs N notebooks at once.
-RECORDED := $(patsubst %/provenance.json,%,$(wildcard results/*/provenance.json))
+## (a folder with no metrics.json is a stopped run's partial.json, kept for its figures)
+RECORDED := $(patsubst %/metrics.json,%,$(wildcard results/*/metrics.json))
 reports: $(SETUP)
 	$(if $(RECORDED),$(PY) -m lab import $(RECORDED) --out reports)
 	$(PY) -m lab run --all --out reports $(if $(FORCE),--force) $(if $(JOBS),--jobs $(JOBS))

@@ -476,3 +476,20 @@ def test_kernels_side_by_side_share_the_cores_and_key_their_compilation_cache(mo
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
     monkeypatch.setenv("LAB_COMPILE_CACHE", "off")
     assert "JAX_COMPILATION_CACHE_DIR" not in kernel_environment(jobs=1)
+
+
+def test_the_kernel_sampler_tells_compiling_from_python():
+    import sys
+
+    import jax
+
+    from lab.runs.kernel import classify
+
+    seen = []
+
+    def traced(x):
+        seen.append(classify(sys._getframe()))  # runs while jax traces it
+        return x + 1
+
+    jax.jit(traced)(1.0)
+    assert seen == ["compile"] and classify(sys._getframe()) == "python"

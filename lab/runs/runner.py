@@ -47,7 +47,7 @@ import nbformat
 import papermill
 from papermill.exceptions import PapermillExecutionError
 
-from lab.runs import inputs as run_inputs
+from lab.runs import kernel as run_kernel
 from lab.runs.inputs import changed, complete, dependencies_digest, fingerprint, refresh
 from lab.runs.params import Resolution, notebook_presets, resolve
 from lab.runs.provenance import collect, now
@@ -227,10 +227,10 @@ def prepare(notebook: Path, resolution: Resolution, path: Path, *,
                         + "import lab.runs.params\n\n"
                         f"lab.runs.params.resolved({resolution.marker!r})\n")
     if record_inputs:
-        tagged = {"tags": [run_inputs.TAG]}
-        nb.cells = ([nbformat.v4.new_code_cell(run_inputs.START_CELL, metadata=tagged)]
+        tagged = {"tags": [run_kernel.TAG]}
+        nb.cells = ([nbformat.v4.new_code_cell(run_kernel.START_CELL, metadata=tagged)]
                     + nb.cells
-                    + [nbformat.v4.new_code_cell(run_inputs.FINISH_CELL, metadata=tagged)])
+                    + [nbformat.v4.new_code_cell(run_kernel.FINISH_CELL, metadata=tagged)])
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
     return path
@@ -359,9 +359,9 @@ def _finish(notebook: Path, executed: Path, folder: Path, out: Path, run: dict,
             hide_code: bool) -> None:
     """Write provenance, figures, the HTML report and the index, whatever happened."""
     nb = nbformat.read(executed if executed.exists() else notebook, as_version=4)
-    nb.cells = [c for c in nb.cells if run_inputs.TAG not in c.metadata.get("tags", [])]
+    nb.cells = [c for c in nb.cells if run_kernel.TAG not in c.metadata.get("tags", [])]
     nbformat.write(nb, executed)  # the notebook as written, its own cells numbered as there
-    used = run_inputs.read_used(folder)
+    used = run_kernel.read_used(folder)
     if used is not None:
         run["kernel_time"] = used.pop("time", {})
     run["inputs"] = complete(run["inputs"], used if run["status"] == OK else None)
