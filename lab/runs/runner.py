@@ -10,7 +10,9 @@ effective values injected):
         <notebook>.ipynb   the executed notebook
         report.html        its HTML report (lab template, run header, figures inline)
         provenance.json    effective parameters and their sources, preset, seed, git,
-                           versions, devices, host, times, status
+                           versions, devices, the kernel's variables, host, times, status,
+                           the inputs' digests and the kernel's time
+        inputs-used.json   the modules and data files the kernel used (lab.runs.kernel)
         metrics.json       whatever the notebook passed to ``lab.experiments.record``
         figures/*.png      every PNG the notebook displayed
 
@@ -23,9 +25,13 @@ everything written so far is kept.
 
 ``run_all`` (``make reports``; ``--preset NAME``: every notebook that has that preset) runs a
 notebook only when its inputs changed since its last ``ok`` run with the same parameters
-(``lab.runs.inputs``: the notebook, its parameters, the code of ``lab/``, the installed
-versions); otherwise it reuses that run and the index says so. ``force=True`` (``--force``)
-runs everything.
+(``lab.runs.inputs``: the notebook, its parameters, the installed versions, and the project
+modules and data files its kernel used, which the kernel records itself:
+``lab.runs.kernel``); otherwise it reuses that run and the index says so. ``force=True``
+(``--force``) runs everything. ``jobs=N`` (``--jobs N``) runs up to N notebooks at once, each
+in a worker process of its own, its kernel limited to its share of the cores
+(:func:`kernel_environment`). Every kernel uses JAX's persistent compilation cache
+(:func:`compile_cache_dir`).
 """
 
 import base64

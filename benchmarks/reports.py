@@ -1,0 +1,121 @@
+"""Where ``make reports``' time goes, and how many notebooks to run at once.
+
+    python benchmarks/reports.py table reports [reports2 ...]   # per-notebook breakdown
+    python benchmarks/reports.py jobs 1 2 [--force-again]         # fresh clones, side by side
+
+``table``: for each notebook's latest ``ok`` run in a reports folder (the runs a ``make
+reports`` made, not the reused or imported ones), the run's wall time and where it went, from
+what the kernel recorded about itself (``lab.runs.kernel``): kernel start and the report
+(the runner's share: the run's time less the kernel's), JAX's tracing and lowering, XLA's
+compilation, and the kernel's main thread sampled every 20 ms as compiling / waiting on XLA /
+running Python, with the CPU seconds of every thread and the cores they mean.
+
+``jobs``: clone this repository afresh for each N, each with an empty compilation cache,
+and time ``make reports JOBS=N`` in each, one after the other on this machine (nothing else
+should run beside them); ``--force-again`` then times a second ``make reports FORCE=1`` in
+each clone, its compilation cache now warm. Prints each time and the ratios. About two
+hours on the 2-core machine for ``jobs 1 2 --force-again``.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _runs(out: Path) -> list[dict]:
+    runs = []
+    for prov in sorted((out / "runs").glob("*/provenance.json")):
+        run = json.loads(prov.read_text())
+        if run.get("status") == "ok" and run.get("kernel_time") and \
+                not (prov.parent / "imported.json").exists():
+            runs.append(run)
+    latest = {}
+    for run in sorted(runs, key=lambda r: r["started"]):
+        latest[run["notebook"]] = run
+    return [latest[k] for k in sorted(latest)]
+
+
+def breakdown(run: dict) -> dict[str, float]:
+    """Seconds of one run by where they went (module doc)."""
+    t = run["kernel_time"]
+    kernel, total = t["wall_s"], run["duration_s"]
+    row = {"wall": total, "runner": total - kernel, "trace+lower": t["trace_s"] + t["lower_s"],
+           "xla compile": t["xla_compile_s"]}
+    shares = {k: t.get(f"{k}_share", 0.0) for k in ("compile", "wait", "python")}
+    row |= {f"main: {k}": kernel * v for k, v in shares.items()}
+    row |= {"cpu": t["cpu_s"], "cores": t["cpu_s"] / kernel if kernel else 0.0}
+    return row
+
+
+def table(out: Path) -> str:
+    rows = [(run["notebook"], breakdown(run)) for run in _runs(out)]
+    if not rows:
+        return f"{out}: no ok run with a kernel time record"
+    names = list(rows[0][1])
+    lines = [f"| notebook | {' | '.join(names)} |", "|" + " --- |" * (len(names) + 1)]
+    totals = {k: sum(r[k] for _, r in rows) for k in names}
+    totals["cores"] = totals["cpu"] / max(1e-9, sum(r["wall"] - r["runner"] for _, r in rows))
+    for name, row in [*rows, ("all (sum)", totals)]:
+        lines.append(f"| {name} | " + " | ".join(
+            f"{row[k]:.2f}" if k == "cores" else f"{row[k]:.0f}" for k in names) + " |")
+    return "\n".join(lines)
+
+
+def _timed(command: list[str], cwd: Path, env: dict) -> float:
+    start = time.monotonic()
+    subprocess.run(command, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.monotonic() - start
+
+
+def jobs(counts: list[int], force_again: bool) -> None:
+    import os
+
+    from lab.runs.benchmarking import cpu_model
+
+    print(f"{os.cpu_count()} cores ({cpu_model()}), commit "
+          + subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                           capture_output=True).stdout.strip())
+    results = {}
+    for n in counts:
+        folder = Path(tempfile.mkdtemp(prefix=f"lab-reports-jobs{n}-"))
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(folder / "lab")], check=True)
+        env = os.environ | {"LAB_COMPILE_CACHE": str(folder / "cache")}
+        first = _timed(["make", "reports", f"JOBS={n}"], folder / "lab", env)
+        print(f"JOBS={n}: fresh clone {first / 60:.1f} min", flush=True)
+        results[n] = {"first": first}
+        if force_again:
+            again = _timed(["make", "reports", f"JOBS={n}", "FORCE=1"], folder / "lab", env)
+            results[n]["again"] = again
+            print(f"JOBS={n}: FORCE=1 again, warm cache {again / 60:.1f} min "
+                  f"({again / first:.2f}x the first)", flush=True)
+        print(table(folder / "lab" / "reports"), flush=True)
+    base = results[counts[0]]["first"]
+    for n in counts[1:]:
+        print(f"JOBS={n} against JOBS={counts[0]}: {results[n]['first'] / base:.2f}x the time")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    t = commands.add_parser("table", help="per-notebook time breakdown of reports folders")
+    t.add_argument("folders", nargs="+", type=Path)
+    j = commands.add_parser("jobs", help="time make reports JOBS=N in fresh clones")
+    j.add_argument("counts", nargs="+", type=int)
+    j.add_argument("--force-again", action="store_true")
+    args = parser.parse_args(argv)
+    if args.command == "table":
+        for folder in args.folders:
+            print(f"## {folder}\n{table(folder)}\n")
+    else:
+        jobs(args.counts, args.force_again)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
