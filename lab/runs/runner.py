@@ -150,7 +150,7 @@ def _new_run_dir(out: Path, notebook: Path, parameters: dict) -> Path:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # whole, when runs end at once
     tmp.write_text(json.dumps(data, indent=2, default=str))
     tmp.replace(path)
 
@@ -513,6 +513,7 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
             results.append(_reuse(plan.reuse, plan.notebook, out))
         else:
             to_run.append((k, plan))
+            _forget_reuse(out, plan.notebook.name)  # here, before runs end side by side
     if jobs <= 1:
         for k, plan in to_run:
             reason = "forced" if force else "changed: " + ", ".join(plan.changed)
