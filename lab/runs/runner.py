@@ -516,10 +516,10 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
             _forget_reuse(out, plan.notebook.name)  # here, before runs end side by side
     if jobs <= 1:
         for k, plan in to_run:
-            reason = "forced" if force else "changed: " + ", ".join(plan.changed)
             log(f"[{k}/{len(plans)}] {plan.notebook.name}, "
-                f"{_minutes(time.monotonic() - start_time)} elapsed: running ({reason}); "
-                f"{_estimate(plan.estimate, [p for _, p in to_run if _ >= k])}")
+                f"{_minutes(time.monotonic() - start_time)} elapsed: running "
+                f"({_reason(plan, force)}); "
+                f"{_estimate(plan.estimate, [p for j, p in to_run if j >= k])}")
             results.append(run_notebook(plan.notebook, resolution=plan.resolution,
                                         inputs=plan.inputs, **kwargs))
             if results[-1].status == INTERRUPTED:
@@ -530,6 +530,15 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
     log(f"done in {_minutes(time.monotonic() - start_time)}: {len(results)} notebook(s), "
         f"{sum(r.reused for r in results)} reused")
     return results
+
+
+def _reason(plan: "Plan", force: bool, shown: int = 4) -> str:
+    """Why a notebook runs: forced, or what changed (the first few files by name)."""
+    if force:
+        return "forced"
+    names = plan.changed[:shown] + ([f"{len(plan.changed) - shown} more"]
+                                    if len(plan.changed) > shown else [])
+    return "changed: " + ", ".join(names)
 
 
 def _slot_cores(slot: int, threads: int, cores: list[int]) -> list[int]:
@@ -568,9 +577,9 @@ def _run_side_by_side(to_run: list[tuple[int, "Plan"]], total: int, jobs: int, f
         while queue or running:
             while queue and free:
                 (k, plan), slot = queue.pop(0), free.pop(0)
-                reason = "forced" if force else "changed: " + ", ".join(plan.changed)
                 log(f"[{k}/{total}] {plan.notebook.name}, "
-                    f"{_minutes(time.monotonic() - start_time)} elapsed: running ({reason}) "
+                    f"{_minutes(time.monotonic() - start_time)} elapsed: running "
+                    f"({_reason(plan, force)}) "
                     f"beside {len(running)} other(s); "
                     f"{_estimate(plan.estimate, [plan] + [p for _, p in queue])}")
                 pinned = _slot_cores(slot, threads, cores) if threads > 1 else []
