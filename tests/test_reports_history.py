@@ -1,10 +1,12 @@
-"""Each claim's history on the claims dashboard. Run folders are written by hand (no kernel)."""
+"""Each claim's history on the claims dashboard, and the index's link from a notebook's latest
+report to the run ``make reports`` reused. Run folders are written by hand (no kernel)."""
 
+import json
 import re
 
 from lab.runs import build_index
 from lab.runs.claims import FAILS, HOLDS, UNTESTED, WEAKLY
-from lab.runs.report import Scale, claim_history, claim_rows, load_runs
+from lab.runs.report import Scale, claim_history, claim_rows, latest_reports, load_runs, reuses
 from tests.test_reports import claim_metrics, write_run
 
 NOTEBOOK = "01_proxprop.ipynb"
@@ -105,3 +107,38 @@ def test_dashboard_shows_each_claims_history_and_flags_a_changed_verdict(tmp_pat
     # a claim measured once: no history to open
     assert "<details" not in by_claim["02_vsml.ipynb", "faster_per_epoch"]
 
+
+def test_index_links_a_reused_latest_report_to_the_run_it_reused(tmp_path):
+    out = tmp_path / "reports"
+    write_run(out, "a-1", "a.ipynb", "2026-11-20T10:00:00+00:00", claim_metrics(HOLDS))
+    write_run(out, "a-2", "a.ipynb", "2026-11-22T10:00:00+00:00", claim_metrics(HOLDS),
+              parameters=CLAIM, overrides={"preset": "claim"})
+    write_run(out, "b-1", "b.ipynb", "2026-11-21T10:00:00+00:00", claim_metrics(FAILS))
+    for stem in ("a", "b", "c"):
+        (out / f"{stem}.html").write_text("<html>latest</html>")
+    (out / "reused.json").write_text(json.dumps({
+        "a.ipynb": {"run": "a-1", "reused_at": "2026-11-23T09:00:00+00:00"},
+        "c.ipynb": {"run": "c-gone", "reused_at": "2026-11-23T09:00:01+00:00"},
+        "d.ipynb": "not a record"}))
+
+    assert list(reuses(out)) == ["a.ipynb", "c.ipynb"]
+    pages = latest_reports(["c", "a", "b"], reuses(out), load_runs(out))
+    assert {stem: (page["href"], page["reused"] and page["reused"]["name"])
+            for stem, page in pages.items()} == {"a": ("a.html", "a-1"), "b": ("b.html", None),
+                                                 "c": ("c.html", "c-gone")}
+    assert pages["a"]["reused"]["run"]["name"] == "a-1" and pages["c"]["reused"]["run"] is None
+
+    build_index(out)
+    index = (out / "index.html").read_text()
+    latest = index.split("Latest report per notebook", 1)[1].split("</p>", 1)[0]
+    assert re.search(r'<a href="a.html">a</a> <span class="reused" data-reused="a-1">reused '
+                     r'<a href="runs/a-1/report.html" title="a-1, reused 2026-11-23 09:00">'
+                     r'the run of 2026-11-20 10:00</a>',
+                     latest)
+    assert re.search(r'<a href="b.html">b</a>, ', latest)  # not reused: no link
+    assert 'data-reused="c-gone">reused <code>c-gone</code> (gone)' in latest
+    rows = dict(re.findall(r'<tr data-notebook="[^"]*" data-status="ok" id="run-([^"]+)">'
+                           r'(.*?)</tr>', index, re.S))
+    assert set(rows) == {"a-1", "a-2", "b-1"}
+    assert ">reused 2026-11-23 09:00</span>" in rows["a-1"]
+    assert "reused" not in rows["a-2"] + rows["b-1"]

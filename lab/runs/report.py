@@ -5,8 +5,9 @@
   then its headline metrics and the parameters that differ from the notebook's defaults,
   each with its source; curves and other arrays stay in ``metrics.json`` (linked).
 - ``index.html``: every run, newest first, with its claims as verdict badges and its
-  headline metrics; filters by notebook and status; which runs ``make reports`` reused and
-  which were recorded elsewhere and imported (``lab.runs.imports``).
+  headline metrics; filters by notebook and status; which runs ``make reports`` reused (a
+  notebook's latest report links to the run it reused) and which were recorded elsewhere
+  and imported (``lab.runs.imports``).
 - ``claims.html``: one row per claim (notebook and claim name) with its verdict at each
   scale measured, smallest to largest (:func:`scale_of`): this machine's default run, the
   other presets on CPU, then GPU runs; the headline counts take each claim once, at its
@@ -131,16 +132,23 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+def reuses(out: Path) -> dict[str, dict[str, Any]]:
+    """What the last ``make reports`` reused (``REUSED_FILE``, written by the runner):
+    notebook file name -> {"run": the run folder's name, "reused_at": when}; entries
+    that are not of that shape are left out."""
+    reused = _read_json(out / REUSED_FILE)
+    if not isinstance(reused, dict):
+        return {}
+    return {notebook: entry for notebook, entry in reused.items()
+            if isinstance(entry, dict) and isinstance(entry.get("run"), str)}
+
+
 def load_runs(out: Path) -> list[dict[str, Any]]:
     """Every run under ``out/runs``, newest first, with its declared claims, headline
     metrics and study (``lab.runs.claims``), its device, its folder's ``name``, whether
     ``make reports`` last reused it and whether it was imported (``imported``: where from
     and when)."""
-    reused_file = _read_json(out / REUSED_FILE)
-    try:
-        reused = {v.get("run"): v.get("reused_at") for v in reused_file.values()}
-    except AttributeError:
-        reused = {}
+    reused = {v["run"]: v.get("reused_at") for v in reuses(out).values()}
     runs = []
     for prov in (out / "runs").glob(f"*/{PROVENANCE_FILE}"):
         folder = prov.parent
@@ -301,6 +309,22 @@ def _write_page(out: Path, name: str, template: str, **context: Any) -> Path:
     return page
 
 
+def latest_reports(stems: list[str], reused: dict[str, dict[str, Any]],
+                   runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The latest report of each notebook, ``out/<stem>.html``: stem -> {"href": the page,
+    "reused": None, or, where the last ``make reports`` reused a run (``reused`` as
+    :func:`reuses` gives it), that run's folder ``name``, the ``run`` itself from ``runs``
+    (None when its folder is gone) and ``reused_at``}."""
+    by_name = {run["name"]: run for run in runs}
+    pages = {}
+    for stem in sorted(stems):
+        entry = reused.get(f"{stem}.ipynb")
+        pages[stem] = {"href": f"{stem}.html", "reused": entry and {
+            "name": entry["run"], "run": by_name.get(entry["run"]),
+            "reused_at": str(entry.get("reused_at") or "")}}
+    return pages
+
+
 def build_index(out: Path) -> Path:
     """Write ``out/index.html`` (every run, newest first, and the latest report of each
     notebook, ``out/<notebook>.html``) and ``out/claims.html``."""
@@ -310,8 +334,8 @@ def build_index(out: Path) -> Path:
     counts, scale_note = headline_counts(rows)
     _write_page(out, CLAIMS_PAGE, "claims.html.j2", rows=rows, counts=counts,
                 scale_note=scale_note)
-    latest = {p.stem: p.name for p in sorted(out.glob("*.html"))
-              if p.name not in ("index.html", CLAIMS_PAGE)}
+    pages = [p for p in out.glob("*.html") if p.name not in ("index.html", CLAIMS_PAGE)]
+    latest = latest_reports([p.stem for p in pages], reuses(out), runs)
     notebooks = sorted({r.get("notebook", "") for r in runs})
     statuses = sorted({r.get("status", "") for r in runs})
     return _write_page(out, "index.html", "index.html.j2", runs=runs, latest=latest,
