@@ -5,12 +5,14 @@
   then its headline metrics and the parameters that differ from the notebook's defaults,
   each with its source; curves and other arrays stay in ``metrics.json`` (linked).
 - ``index.html``: every run, newest first, with its claims as verdict badges and its
-  headline metrics; filters by notebook and status; which runs ``make reports`` reused and
-  which were recorded elsewhere and imported (``lab.runs.imports``).
+  headline metrics; filters by notebook and status; which runs ``make reports`` reused (a
+  notebook's latest report links to the run it reused) and which were recorded elsewhere
+  and imported (``lab.runs.imports``).
 - ``claims.html``: one row per claim (notebook and claim name) with its verdict at each
   scale measured, smallest to largest (:func:`scale_of`): this machine's default run, the
   other presets on CPU, then GPU runs; the headline counts take each claim once, at its
-  largest scale.
+  largest scale. Under each row, collapsed, the claim's history (:func:`claim_history`):
+  every ``ok`` run at each of those scales, newest first, a changed verdict flagged.
 """
 
 import json
@@ -130,15 +132,23 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+def reuses(out: Path) -> dict[str, dict[str, Any]]:
+    """What the last ``make reports`` reused (``REUSED_FILE``, written by the runner):
+    notebook file name -> {"run": the run folder's name, "reused_at": when}; entries
+    that are not of that shape are left out."""
+    reused = _read_json(out / REUSED_FILE)
+    if not isinstance(reused, dict):
+        return {}
+    return {notebook: entry for notebook, entry in reused.items()
+            if isinstance(entry, dict) and isinstance(entry.get("run"), str)}
+
+
 def load_runs(out: Path) -> list[dict[str, Any]]:
     """Every run under ``out/runs``, newest first, with its declared claims, headline
-    metrics and study (``lab.runs.claims``), its device, whether ``make reports``
-    last reused it and whether it was imported (``imported``: where from and when)."""
-    reused_file = _read_json(out / REUSED_FILE)
-    try:
-        reused = {v.get("run"): v.get("reused_at") for v in reused_file.values()}
-    except AttributeError:
-        reused = {}
+    metrics and study (``lab.runs.claims``), its device, its folder's ``name``, whether
+    ``make reports`` last reused it and whether it was imported (``imported``: where from
+    and when)."""
+    reused = {v["run"]: v.get("reused_at") for v in reuses(out).values()}
     runs = []
     for prov in (out / "runs").glob(f"*/{PROVENANCE_FILE}"):
         folder = prov.parent
@@ -152,7 +162,7 @@ def load_runs(out: Path) -> list[dict[str, Any]]:
         imported = _read_json(folder / IMPORTED_FILE)
         device, accelerated = device_of(run)
         has_report = (folder / REPORT_FILE).exists()
-        run |= {"folder": str(folder),
+        run |= {"folder": str(folder), "name": folder.name,
                 "href": f"runs/{folder.name}/{REPORT_FILE}" if has_report else None,
                 "metrics_href": f"runs/{folder.name}/{METRICS_FILE}",
                 "claims": _shown_claims(metrics), "study": study_of(metrics),
@@ -205,12 +215,40 @@ def _cell(run: dict[str, Any], scale: Scale, claim: dict[str, Any] | None) -> di
             "explicit": explicit, "counted": False}
 
 
+def claim_history(runs: list[dict[str, Any]]) -> dict[tuple[str, Scale, str],
+                                                     list[dict[str, Any]]]:
+    """Each claim's history: (notebook, scale (:func:`scale_of`), claim name) -> the
+    dashboard's cell of every ``ok`` run that declares the claim at that scale, newest
+    first, each with ``was``: the verdict of the run before it (the next older one in the
+    list) where it differs, else None. Failed, interrupted and pruned runs have no part in
+    it; ``runs`` as :func:`load_runs` gives them."""
+    history: dict[tuple[str, Scale, str], list[dict[str, Any]]] = {}
+    for run in sorted(runs, key=lambda r: r.get("started", ""), reverse=True):
+        if run.get("status") != "ok":
+            continue
+        scale, names = scale_of(run), set()
+        for claim in run["claims"]:
+            if claim["name"] not in names:  # a name declared twice counts once
+                names.add(claim["name"])
+                key = run.get("notebook", ""), scale, claim["name"]
+                history.setdefault(key, []).append(_cell(run, scale, claim))
+    for entries in history.values():
+        for newer, older in zip(entries, [*entries[1:], None], strict=True):
+            changed = older is not None and older["verdict"] != newer["verdict"]
+            newer["was"] = older["verdict"] if changed else None
+    return history
+
+
 def claim_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The claims dashboard's rows, by notebook: one per claim (notebook, claim name) with
     one cell per scale measured, from the latest ``ok`` run of each preset and device
     (:func:`scale_of`), smallest scale first; ``counted`` is the cell the headline counts
     take: the largest scale, the newest on a tie. A scale whose latest run declares no
-    claims gives a row of its own without a claim."""
+    claims gives a row of its own without a claim. Each cell carries the claim's
+    ``history`` at its scale (:func:`claim_history`; the cell's run first) and ``was``,
+    the verdict before it where it changed; a row counts its ``earlier`` runs and its
+    verdict ``changes``."""
+    history = claim_history(runs)
     latest: dict[tuple[str, Scale], dict[str, Any]] = {}
     for run in runs:  # newest first
         if run.get("status") == "ok":
@@ -220,9 +258,12 @@ def claim_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for (notebook, scale), run in latest.items():
         if not run["claims"]:
             plain.append({"notebook": notebook, "claim": None, "cells": [_cell(run, scale, None)],
-                          "counted": None, "order": (1, scale.order)})
+                          "counted": None, "order": (1, scale.order), "earlier": 0,
+                          "changes": 0})
         for i, claim in enumerate(run["claims"]):
-            claims.setdefault((notebook, claim["name"]), []).append(_cell(run, scale, claim))
+            entries = history[notebook, scale, claim["name"]]
+            claims.setdefault((notebook, claim["name"]), []).append(
+                _cell(run, scale, claim) | {"history": entries, "was": entries[0]["was"]})
             position[notebook, claim["name"]] = min(i, position.get((notebook, claim["name"]), i))
     rows = []
     for (notebook, name), cells in claims.items():
@@ -230,7 +271,9 @@ def claim_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         counted = max(cells, key=lambda c: (c["scale"].rank, c["run"].get("started", "")))
         counted["counted"] = True
         rows.append({"notebook": notebook, "claim": counted["claim"], "cells": cells,
-                     "counted": counted, "order": (0, position[notebook, name], name)})
+                     "counted": counted, "order": (0, position[notebook, name], name),
+                     "earlier": sum(len(c["history"]) - 1 for c in cells),
+                     "changes": sum(e["was"] is not None for c in cells for e in c["history"])})
     rows = sorted(rows + plain, key=lambda r: (r["notebook"], r["order"]))
     for row in rows:  # the page shows a notebook's paper once, spanning its rows
         mine = [r for r in rows if r["notebook"] == row["notebook"]]
@@ -266,6 +309,22 @@ def _write_page(out: Path, name: str, template: str, **context: Any) -> Path:
     return page
 
 
+def latest_reports(stems: list[str], reused: dict[str, dict[str, Any]],
+                   runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The latest report of each notebook, ``out/<stem>.html``: stem -> {"href": the page,
+    "reused": None, or, where the last ``make reports`` reused a run (``reused`` as
+    :func:`reuses` gives it), that run's folder ``name``, the ``run`` itself from ``runs``
+    (None when its folder is gone) and ``reused_at``}."""
+    by_name = {run["name"]: run for run in runs}
+    pages = {}
+    for stem in sorted(stems):
+        entry = reused.get(f"{stem}.ipynb")
+        pages[stem] = {"href": f"{stem}.html", "reused": entry and {
+            "name": entry["run"], "run": by_name.get(entry["run"]),
+            "reused_at": str(entry.get("reused_at") or "")}}
+    return pages
+
+
 def build_index(out: Path) -> Path:
     """Write ``out/index.html`` (every run, newest first, and the latest report of each
     notebook, ``out/<notebook>.html``) and ``out/claims.html``."""
@@ -275,8 +334,8 @@ def build_index(out: Path) -> Path:
     counts, scale_note = headline_counts(rows)
     _write_page(out, CLAIMS_PAGE, "claims.html.j2", rows=rows, counts=counts,
                 scale_note=scale_note)
-    latest = {p.stem: p.name for p in sorted(out.glob("*.html"))
-              if p.name not in ("index.html", CLAIMS_PAGE)}
+    pages = [p for p in out.glob("*.html") if p.name not in ("index.html", CLAIMS_PAGE)]
+    latest = latest_reports([p.stem for p in pages], reuses(out), runs)
     notebooks = sorted({r.get("notebook", "") for r in runs})
     statuses = sorted({r.get("status", "") for r in runs})
     return _write_page(out, "index.html", "index.html.j2", runs=runs, latest=latest,
