@@ -4,10 +4,12 @@ and ``index.png`` beside ``panel.png``).
 
 Starts JupyterLab (token-less, a temporary root) with the project's kernel, opens
 ``04_policy_improvement`` with small parameters in headless Chromium driven by Playwright, runs
-every cell once the kernel is idle, presses Run on the panel, waits until its figure has been
-redrawn at least twice and its progress bar has moved, presses Stop, checks the browser console
-for errors and saves a screenshot (``$LAB_ARTIFACTS`` or the test's temporary folder). Every
-wait is on a condition in the page, never on a clock. Needs Debian's ``chromium``
+every cell once the kernel is idle (and a second panel, given none of the notebook's results),
+checks that no image in the widgets (the panels' figures, the compare view's) is empty (a
+broken-image icon), presses Run on the panel, waits until its figure has been redrawn at least
+twice and its progress bar has moved, presses Stop, checks the browser console for errors and
+saves a screenshot (``$LAB_ARTIFACTS`` or the test's temporary folder). Every wait is on a
+condition in the page, never on a clock. Needs Debian's ``chromium``
 (``scripts/system_deps.sh`` installs it) and the ``playwright`` package (no downloaded
 browsers); skips, saying what to install, without them."""
 
@@ -40,6 +42,13 @@ KERNEL_IDLE = """() => {
     const kernel = widget && widget.sessionContext && widget.sessionContext.session
                    && widget.sessionContext.session.kernel;
     return !!kernel && kernel.status === "idle";
+}"""
+# Once at least ``n`` images in the widgets are shown (hidden ones, such as a viewer's before
+# it is asked, aside) and all have loaded: their natural widths, 0 for an empty image.
+SHOWN_IMAGES = """n => {
+    const shown = [...document.querySelectorAll(".jp-OutputArea-output img.widget-image")]
+        .filter(e => e.getClientRects().length > 0);
+    return shown.length >= n && shown.every(e => e.complete) && shown.map(e => e.naturalWidth);
 }"""
 
 
@@ -86,6 +95,8 @@ def jupyterlab(tmp_path):
     nb = nbformat.read(ROOT / "notebooks/04_policy_improvement.ipynb", as_version=4)
     (cell,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     cell.source += "".join(f"\n{name} = {value!r}" for name, value in PARAMS.items())
+    # last, a second panel given none of the notebook's results: it opens on its empty axes
+    nb.cells.append(nbformat.v4.new_code_cell("policy_improvement_panel(params).show()"))
     nbformat.write(nb, root / "04.ipynb")
     port = _free_port()
     env = os.environ | {"LAB_CHECKPOINT_DIR": str(tmp_path / "checkpoints")}
@@ -130,11 +141,15 @@ def test_panel_trains_live_in_jupyterlab(jupyterlab, tmp_path):
         # Run All's promise settles only when every cell has run: start it, don't await it
         page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells');"
                       " }")
-        run = page.locator("button.widget-button", has_text="Run")
+        run = page.locator("button.widget-button", has_text="Run").first  # the notebook's
         run.wait_for(timeout=2 * MS)
         image = page.locator(".jp-OutputArea-output", has_text="Policy improvement: MPO"
                              ).locator("img.widget-image").first
         image.wait_for(timeout=MS)
+        # the panel's figure (the notebook's runs), the compare view's and the second
+        # panel's (no runs: their empty axes)
+        widths = page.wait_for_function(SHOWN_IMAGES, arg=3, timeout=MS, polling=100)
+        assert 0 not in widths.json_value(), f"an empty image: widths {widths.json_value()}"
         sources = {image.get_attribute("src")}
         bar = page.locator(".widget-hprogress .progress-bar").first
         run.click()
@@ -145,14 +160,14 @@ def test_panel_trains_live_in_jupyterlab(jupyterlab, tmp_path):
 
         wait_for(redrawn, "the live figure to be redrawn twice after Run", poll=0.1)
         width = bar.evaluate("e => parseFloat(e.style.width || '0')")
-        page.locator("button.widget-button", has_text="Stop").click()
+        page.locator("button.widget-button", has_text="Stop").first.click()
         page.wait_for_function(
             "[...document.querySelectorAll('.widget-html')].some("
             "e => /stopped|done/.test(e.textContent))", timeout=MS)
         # jupyter/overrides.json (make setup installs it): no "get notified about
         # official Jupyter news?" toast, which by now would have shown
         assert page.get_by_text("official Jupyter news").count() == 0
-        panel = page.locator(".jp-OutputArea-output", has_text="Policy improvement: MPO")
+        panel = page.locator(".jp-OutputArea-output", has_text="Policy improvement: MPO").first
         panel.scroll_into_view_if_needed()
         panel.screenshot(path=str(artifacts / "panel.png"))
     assert 0 < width, "the progress bar did not move"

@@ -295,3 +295,111 @@ def test_early_termination_panel_replays_against_random_search():
     # on the compute it used, since early rank is the final rank
     assert (best["none"][:, -1] == 7).all()
     assert panel.draws >= 1 and isinstance(panel.show(headless=True), Image)
+
+
+# Every model notebook's panel: (panel module, experiment module whose PARAMETERS the
+# notebook passes; None: its whole parameters cell). 08's panel takes recorded curves.
+PANELS = {"01_proxprop": ("proxprop", None), "02_vsml": ("vsml", "vsml"),
+          "03_sac_ae": ("sac_ae", "sac_ae"),
+          "04_policy_improvement": ("policy_improvement", "policy_improvement"),
+          "06_ga3c": ("ga3c", "ga3c"), "07_a2c": ("a2c", "a2c"),
+          "08_early_termination": ("early_termination", None),
+          "09_sequence_parallel": ("sequence_parallel", "sequence_parallel"),
+          "10_automap": ("automap", "automap"), "11_interlocking": ("interlocking", "interlocking"),
+          "12_pixelcnn": ("pixelcnn", "pixelcnn"), "13_parallel_wavenet": ("wavenet", "wavenet"),
+          "14_causal_selection": ("causal_selection", "causal_selection")}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _notebook_panel(stem: str, *args, **kw) -> Panel:
+    """``stem``'s panel at its notebook's defaults with the smoke parameters, built the way
+    the notebook builds it (``args``, ``kw``: the notebook's results)."""
+    import importlib
+
+    from lab.runs.params import notebook_parameters
+    from tests.conftest import ROOT
+    from tests.smoke import SMOKE
+
+    name, experiment = PANELS[stem]
+    make = getattr(importlib.import_module(f"lab.widgets.{name}_panel"), f"{name}_panel")
+    if stem == "08_early_termination":
+        from lab.sweeps.simulator import Curves
+        from tests.test_early_termination import SPEC
+
+        configs = tuple({"learning_rate": 1e-3, "t_max": 5, "discount": 0.99} for _ in range(4))
+        curves = Curves(SPEC, configs, np.tile(np.arange(4.0)[:, None], (1, SPEC.phases)))
+        return make(curves, *args, **kw)
+    values = {n: p.default for n, p in notebook_parameters(
+        ROOT / "notebooks" / f"{stem}.ipynb").items()} | SMOKE[stem]
+    if experiment is not None:
+        names = importlib.import_module(f"lab.experiments.{experiment}").PARAMETERS
+        values = {n: values[n] for n in names}
+    return make(values, *args, **kw)
+
+
+def _images(widget) -> list[widgets.Image]:
+    """The image widgets a reader sees in ``widget`` (hidden ones, such as a viewer's before
+    it is asked, aside)."""
+    if getattr(getattr(widget, "layout", None), "display", None) == "none":
+        return []
+    if isinstance(widget, widgets.Image):
+        return [widget]
+    return [image for child in getattr(widget, "children", ()) for image in _images(child)]
+
+
+@pytest.mark.parametrize("stem", sorted(PANELS))
+def test_panel_opens_on_a_figure_before_any_run(stem):
+    """No run, no notebook result: the figure is the labelled empty axes, never an empty
+    image (which a browser shows as a broken-image icon)."""
+    panel = _notebook_panel(stem)
+    images = _images(panel.widget)
+    assert images and all(bytes(image.value[:8]) == PNG for image in images)
+    assert panel.state == "idle" and panel.draws == 0
+
+
+def _automap_stacks():
+    from types import SimpleNamespace
+
+    megatron = (1, 2, 1, 2)
+    problem = SimpleNamespace(named=lambda: {"Megatron": megatron})
+    return [{"layers": 2, "problem": problem, "runs": []},
+            {"layers": 1, "problem": problem, "runs": [
+                {"searcher": "mcts", "best_over_megatron": [9.0], "choice": [0, 0, 0, 0]},
+                {"searcher": "greedy", "best_over_megatron": [3.0, 1.5, 1.0],
+                 "choice": list(megatron)}]}]
+
+
+def _ga3c_learned():
+    from types import SimpleNamespace
+
+    episodes = np.array([[0.5, 100, 1.0], [1.0, 200, 2.0]])
+    return {"ga3c": [SimpleNamespace(episodes=episodes)], "a3c": []}
+
+
+# Each notebook's results as it passes them to its panel (arguments, keyword arguments), in
+# miniature: no training.
+NOTEBOOK_RESULTS = {
+    "06_ga3c": lambda: ((_ga3c_learned(),), {}),
+    "07_a2c": lambda: (((np.array([[[1.0, 2.0, np.nan], [3.0, 4.0, np.nan]]]),
+                         np.array([[100, 200, 300]])),), {}),
+    "08_early_termination": lambda: ((), {"simulated": {
+        "grid": np.arange(1.0, 5.0),
+        "best": {m: np.ones((3, 4)) for m in ("hypertrick", "asha", "none")}}}),
+    "09_sequence_parallel": lambda: (({"RSA, N=2": [{"loss": np.array([2.0, 1.0]),
+                                                     "accuracy": np.array([0.2, 0.5])}]},), {}),
+    "10_automap": lambda: ((_automap_stacks(),), {}),
+    "11_interlocking": lambda: ((None, {"text": {"metric": "bits per character", "runs": {
+        "local": {"steps": [5, 10], "curve": [[4.0, 3.5]]},
+        "pairwise": {"steps": [5, 10], "curve": [[4.0, 3.0]]}}}}), {}),
+    "12_pixelcnn": lambda: ((None,), {
+        "samples": {"multiscale": np.ones((2, 32, 32), int)},
+        "timing": {"multiscale": {32: {"seconds": 0.5, "deep": 9, "shallow": 0}}}}),
+}
+
+
+@pytest.mark.parametrize("stem", sorted(NOTEBOOK_RESULTS))
+def test_panel_opens_on_the_notebooks_result(stem):
+    args, kw = NOTEBOOK_RESULTS[stem]()
+    panel = _notebook_panel(stem, *args, **kw)
+    assert panel.state == "done" and panel.draws == 1  # drawn from the notebook's result
+    assert bytes(panel.image.value[:8]) == PNG

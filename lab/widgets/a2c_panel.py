@@ -1,12 +1,13 @@
 """The A2C panel: train one configuration of the jitted A2C, live.
 
-    panel = a2c_panel(params)   # the notebook's parameters
+    panel = a2c_panel(params, (returns, env_steps))   # the notebook's parameters and curves
     panel.show()
 
 Run trains the controls' configuration (``lab.experiments.a2c.curves``, one seed) for
 ``total_steps`` environment steps; after every ``eval_every`` steps the figure shows the mean
 return of the episodes that ended since the last point. Pause holds the training between
-evaluations; Stop ends it. ``panel.result`` holds ``(returns, env_steps)``.
+evaluations; Stop ends it. ``panel.result`` holds ``(returns, env_steps)``. It opens on the
+notebook's curve (the mean over its seeds) when given one.
 """
 
 from typing import Any
@@ -33,12 +34,14 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     ax.plot(data["env_steps"], data["returns"], "o-", color="C0")
     ax.set(xlabel="environment steps", ylabel="episode return",
            title=f"A2C, t_max {data['t_max']}, learning rate {data['learning_rate']:.2g}, "
-                 f"discount {data['discount']}")
+                 f"discount {data['discount']}{data.get('note', '')}")
     figure.tight_layout()
 
 
-def a2c_panel(params: dict[str, Any]) -> Panel:
-    """A panel over the notebook's ``params`` (``configure``'s keyword arguments)."""
+def a2c_panel(params: dict[str, Any], result: tuple[np.ndarray, np.ndarray] | None = None
+              ) -> Panel:
+    """A panel over the notebook's ``params`` (``configure``'s keyword arguments); it opens on
+    ``result``, the notebook's ``(returns, env_steps)`` of ``experiment.curves``, if given."""
     controls = Controls(CONTROLS, {c.name: params[c.name] for c in CONTROLS})
 
     def setup_of(values):
@@ -59,5 +62,13 @@ def a2c_panel(params: dict[str, Any]) -> Panel:
                                  evaluations=setup.evaluations, seeds=1, seed=setup.seed,
                                  entropy_cost=setup.entropy_cost, on_evaluation=on_evaluation)
 
-    return Panel("A2C on MinAtar, live", controls, train, draw, validate=setup_of,
-                 figsize=(7.0, 3.4))
+    panel = Panel("A2C on MinAtar, live", controls, train, draw, validate=setup_of,
+                  figsize=(7.0, 3.4), labels=("environment steps", "episode return"))
+    if result is not None:
+        returns, env_steps = result
+        done = np.isfinite(returns[0]).any(axis=0)  # the evaluations run (fewer if pruned)
+        panel.set_result(experiment.configure(**params).config | {
+            "env_steps": env_steps[0, done].tolist(),
+            "returns": np.nanmean(returns[0][:, done], axis=0).tolist(),
+            "note": " (the notebook's, seed mean)"}, result)
+    return panel

@@ -1,6 +1,6 @@
 """The automatic partitioner's panel: run a search and watch its best layout improve.
 
-    panel = automap_panel(params)   # the notebook's parameters
+    panel = automap_panel(params, stack_results)   # the notebook's parameters and searches
     panel.show()
 
 Run searches the controls' stack (``layers`` blocks at ``batch`` x ``length``) with the
@@ -9,6 +9,7 @@ the figure shows the best score so far over Megatron's (1: Megatron; below 1: be
 Megatron by the objective) and, for each block, which of its four decisions agree with
 Megatron's. Stop ends the search at the next compile. ``panel.result`` holds the search's
 ``Result``; ``panel.result.layout.table()`` is the layout as readable ``PartitionSpec``s.
+Given the notebook's searches it opens on its greedy search of the same stack.
 """
 
 from typing import Any
@@ -44,8 +45,11 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     figure.tight_layout()
 
 
-def automap_panel(params: dict[str, Any]) -> Panel:
-    """A panel over the notebook's ``params`` (``configure``'s keyword arguments)."""
+def automap_panel(params: dict[str, Any], stacks: list[dict[str, Any]] | None = None
+                  ) -> Panel:
+    """A panel over the notebook's ``params`` (``configure``'s keyword arguments); it opens
+    on the notebook's search (``experiment.stacks``) with the controls' blocks and searcher,
+    if there is one."""
     setup = experiment.configure(**params)
     values = {"layers": setup.stack_layers[0], "searcher": "greedy", "budget": setup.budget,
               "seed": setup.seed, "batch": setup.batch, "length": setup.length}
@@ -73,5 +77,16 @@ def automap_panel(params: dict[str, Any]) -> Panel:
         return search.search(p.space, p.scorer, setup.objective, searcher, values["budget"],
                              values["seed"], on_price=on_price, **options)
 
-    return Panel("Automatic partitioning, live", controls, run, draw, validate=setup_of,
-                 figsize=(9.0, 3.2))
+    panel = Panel("Automatic partitioning, live", controls, run, draw, validate=setup_of,
+                  figsize=(9.0, 3.2), labels=("compiles", "best score / Megatron's"))
+    stack = next((s for s in stacks or () if s["layers"] == values["layers"]), None)
+    found = next((r for r in stack["runs"] if r["searcher"] == values["searcher"]), None) \
+        if stack is not None else None
+    if found is not None:
+        megatron = stack["problem"].named()["Megatron"]
+        panel.set_result({"best": found["best_over_megatron"],
+                          "agree": [a == b for a, b in zip(found["choice"], megatron,
+                                                           strict=True)],
+                          "title": f"{values['searcher']}, {values['layers']} blocks: the "
+                                   "notebook's"})
+    return panel

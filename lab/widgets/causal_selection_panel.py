@@ -105,7 +105,7 @@ def causal_selection_panel(params: dict[str, Any], trial: dict[str, Any] | None 
         return t
 
     panel = Panel("Causal model selection, live", controls, run, draw, validate=setup_of,
-                  figsize=(10.0, 3.8))
+                  figsize=(10.0, 3.8), labels=("validation MSE", "MSE under shift"))
     if trial is not None:
         panel.set_result({"trial": trial, "shift": values["shift"], "mode": values["mode"],
                           "title": title(values, trial)}, trial)

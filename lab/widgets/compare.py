@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from lab.runs.records import read_metrics, run_dir
 from lab.runs.report import load_runs
-from lab.widgets.panel import figure_png, is_headless
+from lab.widgets.panel import empty_png, figure_png, is_headless
 
 
 def default_reports_dir() -> Path:
@@ -103,9 +103,12 @@ class CompareView:
         self.draw()
 
     def png(self) -> bytes:
+        if self.curve.value is None:
+            title = ("pick runs above" if self.runs else
+                     f"no finished run with curves in {self.reports}/runs yet")
+            return empty_png(self.figsize, title)
         figure = Figure(figsize=self.figsize)
-        if self.curve.value is not None:
-            draw_overlay(figure, self.selected(), self.curve.value)
+        draw_overlay(figure, self.selected(), self.curve.value)
         return figure_png(figure)
 
     def draw(self) -> None:

@@ -1,6 +1,6 @@
 """The early-termination panel: replay sweeps from recorded curves, live.
 
-    panel = early_termination_panel(curves)   # a lab.sweeps.simulator.Curves
+    panel = early_termination_panel(curves, simulated=simulated)   # Curves, the replays
     panel.show()
 
 Run replays ``orders`` random arrival orders of ``trials`` configurations with the chosen
@@ -8,7 +8,9 @@ method (HyperTrick, ASHA, Hyperband, the median rule, synchronous halving) and w
 search on the same orders (``lab.sweeps.simulator``), no training; the figure shows the best
 final metric found against compute (median and 10-90% band of the orders so far) for both.
 Pause holds the replays between two orders; Stop ends them. ``panel.result`` holds the
-``(orders, grid)`` bests of both.
+``(orders, grid)`` bests of both. Given the notebook's replays
+(``lab.experiments.early_termination.simulate``) it opens on HyperTrick's and random
+search's.
 """
 
 import warnings
@@ -37,8 +39,10 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     figure.tight_layout()
 
 
-def early_termination_panel(curves: Curves, *, workers: int = 2, orders: int = 100) -> Panel:
-    """A panel replaying sweeps over ``curves``."""
+def early_termination_panel(curves: Curves, *, workers: int = 2, orders: int = 100,
+                            simulated: dict[str, Any] | None = None) -> Panel:
+    """A panel replaying sweeps over ``curves``; it opens on ``simulated`` (the notebook's
+    replays of the same curves), if given."""
     n = len(curves.values)
     controls = Controls((
         Control("method", str, options=tuple(m for m in METHODS if m != "none")),
@@ -62,5 +66,10 @@ def early_termination_panel(curves: Curves, *, workers: int = 2, orders: int = 1
                 break
         return {m: np.array(b) for m, b in best.items()}
 
-    return Panel("Sweeps replayed from recorded curves", controls, train, draw,
-                 figsize=(7.0, 3.6))
+    panel = Panel("Sweeps replayed from recorded curves", controls, train, draw,
+                  figsize=(7.0, 3.6), labels=("compute (whole trials)", "best final metric found"))
+    shown = ("hypertrick", "none")
+    if simulated is not None and set(shown) <= set(simulated["best"]):
+        best = {m: simulated["best"][m] for m in shown}
+        panel.set_result({"grid": simulated["grid"], "best": best}, best)
+    return panel

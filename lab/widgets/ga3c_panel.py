@@ -1,6 +1,6 @@
 """The GA3C panel: run GA3C or per-agent A3C on the host, live: return, throughput, queues.
 
-    panel = ga3c_panel(params)   # the notebook's parameters
+    panel = ga3c_panel(params, learned)   # the notebook's parameters and learning runs
     panel.show()
 
 Run starts the chosen execution (``lab.train.ga3c``) for ``seconds`` with the controls'
@@ -8,7 +8,8 @@ counts; every half second the figure shows the episode returns against seconds, 
 environment steps, predictions and trainings per second, and the lengths of GA3C's
 prediction and training queues (a long prediction queue: too few predictors; a long
 training queue: too few trainers). Pause holds the agent, predictor and trainer threads;
-Stop ends them all. ``panel.result`` holds the run's ``Result``.
+Stop ends them all. ``panel.result`` holds the run's ``Result``. Given the notebook's runs it
+opens on GA3C's first seed (its returns; the notebook keeps no rates or queues over time).
 """
 
 import dataclasses
@@ -51,7 +52,7 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
         window = max(1, len(e) // 20)
         smooth = np.convolve(e[:, 2], np.ones(window) / window, mode="valid")
         ax_ret.plot(e[window - 1:, 0], smooth, color="C0")
-    ax_ret.set(title="episode return", xlabel="seconds")
+    ax_ret.set(title=f"episode return{data.get('note', '')}", xlabel="seconds")
     history = np.array(data["history"])  # (n, 4): seconds, env steps, predictions, trainings
     if len(history) > 1:
         dt = np.diff(history[:, 0])
@@ -72,8 +73,9 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     figure.tight_layout()
 
 
-def ga3c_panel(params: dict[str, Any]) -> Panel:
-    """A panel over the notebook's ``params`` (``configure``'s keyword arguments)."""
+def ga3c_panel(params: dict[str, Any], learned: dict[str, list] | None = None) -> Panel:
+    """A panel over the notebook's ``params`` (``configure``'s keyword arguments); it opens
+    on GA3C's first run in ``learned`` (``experiment.learning``), if there is one."""
     values = params | {"execution": "ga3c", "seconds": min(float(params["seconds"]), 60.0),
                        "seed": 0}
     controls = Controls(CONTROLS, {c.name: values[c.name] for c in CONTROLS})
@@ -101,5 +103,10 @@ def ga3c_panel(params: dict[str, Any]) -> Panel:
         return run(config, jax.random.key(values["seed"]), seconds=values["seconds"],
                    callback=callback, seed=values["seed"])
 
-    return Panel("GA3C and A3C on the host, live", controls, train, draw, validate=setup_of,
-                 figsize=(12.0, 3.4))
+    panel = Panel("GA3C and A3C on the host, live", controls, train, draw, validate=setup_of,
+                  figsize=(12.0, 3.4), labels=("seconds", "episode return"))
+    runs = (learned or {}).get("ga3c")
+    if runs:
+        panel.set_result({"episodes": runs[0].episodes, "history": [], "queue_history": [],
+                          "note": ": the notebook's, seed 0"}, runs[0])
+    return panel

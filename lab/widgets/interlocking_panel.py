@@ -1,6 +1,6 @@
 """The interlocking panel: train one rule live and see its pipeline schedule.
 
-    panel = interlocking_panel(params, timing)   # the notebook's parameters, its timings
+    panel = interlocking_panel(params, timing, studies)   # the notebook's
     panel.show()
 
 Run trains the chosen task (Fashion-MNIST's ResNet or the character language model) with
@@ -11,7 +11,8 @@ panel. The right plot is the schedule model's timeline of four batches on four d
 (``lab.parallel.interlocking.simulate``) for the rule, fed with the op times the notebook
 measured (``timing``): forward passes, heads, pull-backs and updates, and the waits between
 them. Pause holds training between two chunks; Stop ends it. ``panel.result`` holds the
-run's curve.
+run's curve. Given the notebook's studies it opens on the first task's curves (each rule's
+mean over seeds) and the schedule of the rule chosen.
 """
 
 from typing import Any
@@ -56,9 +57,11 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     figure.tight_layout()
 
 
-def interlocking_panel(params: dict[str, Any], timing: dict[str, dict] | None = None) -> Panel:
+def interlocking_panel(params: dict[str, Any], timing: dict[str, dict] | None = None,
+                       studies: dict[str, dict] | None = None) -> Panel:
     """A panel over the notebook's ``params``; ``timing`` (task -> ``experiment.timings``)
-    feeds the schedule plot."""
+    feeds the schedule plot; it opens on ``studies`` (task -> ``experiment.train_rules``),
+    if given."""
     setup = experiment.configure(**params)
     controls = Controls((
         Control("task", str, options=experiment.TASKS),
@@ -77,6 +80,12 @@ def interlocking_panel(params: dict[str, Any], timing: dict[str, dict] | None = 
             raise ValueError(f"steps must be a multiple of eval_every ({setup.eval_every})")
         return n, mode
 
+    def timeline_of(name, n, mode):
+        if not timing or name not in timing:
+            return None
+        times = schedule.Times(**timing[name]["times"])
+        return schedule.simulate(experiment.COMPONENTS, n, times, 4, mode=mode)
+
     def run(values, report):
         n, mode = validate(values)
         name = values["task"]
@@ -88,10 +97,7 @@ def interlocking_panel(params: dict[str, Any], timing: dict[str, dict] | None = 
             None, setup.eval_every, mode)
         keys = jax.random.split(jax.random.key(values["seed"]), 2)
         state = start(keys[:1])
-        timeline = None
-        if timing and name in timing:
-            times = schedule.Times(**timing[name]["times"])
-            timeline = schedule.simulate(experiment.COMPONENTS, n, times, 4, mode=mode)
+        timeline = timeline_of(name, n, mode)
         label = f"{values['rule']}, seed {values['seed']}"
         steps, metric = runs.setdefault(f"{name}: {label}", ([], []))
         steps.clear()
@@ -109,5 +115,16 @@ def interlocking_panel(params: dict[str, Any], timing: dict[str, dict] | None = 
                 break
         return {"steps": list(steps), t.metric: list(metric)}
 
-    return Panel("Interlocking backpropagation, live", controls, run, draw, validate=validate,
-                 figsize=(10.0, 3.4))
+    panel = Panel("Interlocking backpropagation, live", controls, run, draw, validate=validate,
+                  figsize=(10.0, 3.4), labels=("steps", "test metric"))
+    values = controls.values()
+    study = (studies or {}).get(values["task"])
+    if study:
+        panel.set_result({
+            "runs": {f"{rule} (notebook, seed mean)": (r["steps"], np.mean(r["curve"], 0))
+                     for rule, r in study["runs"].items()},
+            "metric": study["metric"], "task": values["task"],
+            "timeline": timeline_of(values["task"], *train.parse_rule(
+                values["rule"], experiment.COMPONENTS)),
+            "schedule_title": f"{values['rule']}: 4 batches, schedule model"})
+    return panel

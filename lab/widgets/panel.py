@@ -15,6 +15,9 @@ Invalid values are refused before anything starts: each control's own range and 
 ``validate(values)`` (an experiment's ``configure``), whose ``ValueError`` is shown beside the
 control it names. Headless (under papermill or the runner), ``show()`` renders the final
 figure as an image and the values as a table, which is what an HTML report can hold.
+
+The figure is never blank: a panel opens on the notebook's own result where it is given one
+(``set_result``), and otherwise on empty axes labelled ``labels`` (``empty_png``).
 """
 
 import html
@@ -40,6 +43,17 @@ def figure_png(figure: Figure, dpi: int = 80) -> bytes:
     return buffer.getvalue()
 
 
+def empty_png(figsize: tuple[float, float], title: str, xlabel: str = "",
+              ylabel: str = "") -> bytes:
+    """Empty axes with a title and axis labels as PNG bytes: what an image widget shows
+    before there is anything to draw (an ``ipywidgets.Image`` without a value shows the
+    browser's broken-image icon)."""
+    figure = Figure(figsize=figsize)
+    figure.add_subplot().set(title=title, xlabel=xlabel, ylabel=ylabel, xticks=[], yticks=[])
+    figure.tight_layout()
+    return figure_png(figure)
+
+
 def is_headless() -> bool:
     """True under the ``lab`` runner and under papermill (no live front end): JupyterLab's
     server names the kernel's session in ``JPY_SESSION_NAME``; batch runs do not."""
@@ -55,7 +69,7 @@ class Panel:
                  train: Callable[[dict, Callable[[float, Any], bool]], Any],
                  draw: Callable[[Figure, Any], None], *,
                  validate: Callable[[dict], Any] | None = None, min_interval: float = 0.5,
-                 figsize: tuple[float, float] = (9.0, 3.5)):
+                 figsize: tuple[float, float] = (9.0, 3.5), labels: tuple[str, str] = ("", "")):
         self.title, self.controls = title, controls
         self._train, self._draw, self._validate = train, draw, validate
         self.min_interval, self.figsize = min_interval, figsize
@@ -87,7 +101,8 @@ class Panel:
         self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0,
                                               description="progress")
         self.status = widgets.HTML(self._status_html())
-        self.image = widgets.Image(format="png")
+        self.image = widgets.Image(value=empty_png(figsize, "press Run", *labels), format="png")
+        """Empty axes labelled ``labels`` (x, y) until a result is shown or a run draws."""
         self.widget = widgets.VBox([
             widgets.HTML(f"<b>{html.escape(title)}</b>"), controls.box,
             widgets.HBox([self.run_button, self.pause_button, self.stop_button]),

@@ -1,6 +1,6 @@
 """The PixelCNN panel: sample live at a chosen resolution and watch the image fill in.
 
-    panel = pixelcnn_panel(params, study)   # the notebook's parameters, its trained models
+    panel = pixelcnn_panel(params, study, samples=grids, timing=timing)   # the notebook's
     panel.show()
 
 Run draws one image from the chosen model (``sequential``, ``multiscale`` or ``shallow``)
@@ -12,7 +12,8 @@ evaluations per doubling. At the training size (32) the models are the notebook'
 ones (seed 0); at other sizes they have untrained weights (the cost is the same, the images
 are noise). The figure shows the canvas so far (unsampled pixels grey) and counts the
 evaluations and seconds; Stop ends a sequential run between rows. ``panel.result`` holds
-the image and the counts.
+the image and the counts. Given the notebook's samples and timings it opens on the chosen
+model's first sample and its sampler's measured cost at the training size.
 """
 
 import time
@@ -37,7 +38,8 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     ax_image.set(title=data["title"], xticks=[], yticks=[])
     ax_cost.plot(data["evaluations"], data["seconds"], marker=".")
     ax_cost.set(xlabel="network evaluations so far", ylabel="seconds",
-                title=f"{data['evaluations'][-1]} evaluations, {data['seconds'][-1]:.2f} s")
+                title=data.get("cost_title", f"{data['evaluations'][-1]} evaluations, "
+                                             f"{data['seconds'][-1]:.2f} s"))
     figure.tight_layout()
 
 
@@ -50,9 +52,12 @@ def shown(image: np.ndarray, known: np.ndarray, size: int, levels: int) -> np.nd
 
 
 def pixelcnn_panel(params: dict[str, Any], study: dict[str, Any] | None = None,
-                   rows: int = 1) -> Panel:
+                   rows: int = 1, *, samples: dict[str, np.ndarray] | None = None,
+                   timing: dict[str, Any] | None = None) -> Panel:
     """A panel over the notebook's ``params``; ``study`` (``experiment.train_models``) gives
-    the trained models used at the training size."""
+    the trained models used at the training size. With ``samples``
+    (``experiment.sample_grid``) and ``timing`` (``experiment.sampling_times``) it opens on
+    the notebook's first sample of the chosen model and that sampler's cost."""
     setup = experiment.configure(**params)
     sizes = tuple(sorted(set(setup.timing_sizes) | {experiment.SIZE}))
     controls = Controls((
@@ -116,7 +121,23 @@ def pixelcnn_panel(params: dict[str, Any], study: dict[str, Any] | None = None,
             image = fine
         return {"image": np.asarray(image), "evaluations": counts[-1], "seconds": seconds[-1]}
 
-    return Panel("PixelCNN sampling, live", controls, run, draw, figsize=(8.0, 3.4))
+    panel = Panel("PixelCNN sampling, live", controls, run, draw, figsize=(8.0, 3.4),
+                  labels=("network evaluations so far", "seconds"))
+    kind = controls.values()["model"]
+    timed = "windowed" if kind == "sequential" else kind  # the sampler Run uses
+    row = (timing or {}).get(timed, {}).get(experiment.SIZE)
+    if samples is not None and kind in samples and row is not None:
+        image = samples[kind][0]
+        count = row["deep"] + row["shallow"]
+        panel.set_result({
+            "canvas": shown(image, np.ones(image.shape, bool), experiment.SIZE, setup.levels),
+            "title": f"{kind}, {experiment.SIZE}x{experiment.SIZE}, trained: the notebook's",
+            "evaluations": [0, count], "seconds": [0.0, row["seconds"]],
+            "cost_title": f"{count} evaluations, {row['seconds']:.2f} s per batch of "
+                          f"{setup.timing_batch} (timed above)"},
+            {"image": image, "evaluations": count, "seconds": row["seconds"],
+             "batch": setup.timing_batch})
+    return panel
 
 
 def known_pixels(size: int, group: int) -> np.ndarray:

@@ -73,7 +73,7 @@ def policy_improvement_panel(params: dict[str, Any], results: list | None = None
         return setup, result
 
     panel = Panel("Policy improvement: MPO, V-MPO, search", controls, train, draw_returns,
-                  validate=setup_of)
+                  validate=setup_of, labels=("environment steps per seed", "evaluation return"))
     if earlier:
         setup = pi.configure(**params)
         focus = next((r for r in earlier if r.variant.name == setup.focus), earlier[0])

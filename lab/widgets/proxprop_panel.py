@@ -90,7 +90,7 @@ def proxprop_panel(params: dict[str, Any], result: "experiment.Comparison | None
         return experiment.side_by_side(setup, data, values["seed"], callback)
 
     panel = Panel("ProxProp and BackProp, side by side", controls, train, draw,
-                  validate=setup_of, figsize=(12.0, 3.6))
+                  validate=setup_of, figsize=(12.0, 3.6), labels=("epoch", "cross-entropy"))
     if earlier:
         panel.set_result({"live": {}, "earlier": earlier})
     return panel

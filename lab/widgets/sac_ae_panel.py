@@ -106,7 +106,8 @@ def sac_ae_panel(params: dict[str, Any], runs: list | None = None) -> Panel:
         return setup, run
 
     panel = Panel("SAC-AE: soft actor-critic from pixels with an autoencoder", controls, train,
-                  draw, validate=setup_of, figsize=(9.0, 6.0))
+                  draw, validate=setup_of, figsize=(9.0, 6.0),
+                  labels=("environment steps", "evaluation return"))
     if earlier:
         newest = max(runs, key=lambda r: (r.variant == first_variant,
                                           r.history.eval_returns[-1].mean()))

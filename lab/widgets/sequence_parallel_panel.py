@@ -1,6 +1,6 @@
 """The sequence-parallelism panel: train the retrieval Transformer on N devices, live.
 
-    panel = sequence_parallel_panel(params)   # the notebook's parameters
+    panel = sequence_parallel_panel(params, trained)   # the notebook's parameters and runs
     panel.show()
 
 Run trains the controls' configuration (``lab.experiments.sequence_parallel.train``): one
@@ -8,7 +8,8 @@ device with full attention (``devices`` 1), or the sequence cut over ``devices``
 devices with Ring Self-Attention (``rsa``), blockwise ring attention (``ring``) or attention
 within each chunk only (``local``, the ablation). Every 25 steps the figure shows the loss
 and the accuracy against chance. Pause holds the training between chunks; Stop ends it.
-``panel.result`` holds the curves.
+``panel.result`` holds the curves. It opens on the notebook's RSA run (seed 0) when given
+the notebook's runs.
 """
 
 import dataclasses
@@ -42,8 +43,10 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     figure.tight_layout()
 
 
-def sequence_parallel_panel(params: dict[str, Any]) -> Panel:
-    """A panel over the notebook's ``params`` (``configure``'s keyword arguments)."""
+def sequence_parallel_panel(params: dict[str, Any],
+                            trained: dict[str, list[dict]] | None = None) -> Panel:
+    """A panel over the notebook's ``params`` (``configure``'s keyword arguments); it opens
+    on the RSA run over all devices in ``trained`` (``experiment.runs``), if given."""
     values = {"attention": "rsa"} | {c.name: params[c.name] for c in CONTROLS
                                      if c.name in params}
     controls = Controls(CONTROLS, values)
@@ -72,5 +75,11 @@ def sequence_parallel_panel(params: dict[str, Any]) -> Panel:
         return experiment.train(setup, n, values["attention"], seed=values["seed"],
                                 on_chunk=on_chunk, chunk=CHUNK)
 
-    return Panel("Sequence parallelism, live", controls, train, draw, validate=setup_of,
-                 figsize=(8.0, 3.2))
+    panel = Panel("Sequence parallelism, live", controls, train, draw, validate=setup_of,
+                  figsize=(8.0, 3.2), labels=("step", "loss"))
+    setup = experiment.configure(**params)
+    runs = (trained or {}).get(f"RSA, N={setup.devices}")  # experiment.runs's name for it
+    if runs:
+        panel.set_result(runs[0] | {"title": f"rsa, N={setup.devices}: the notebook's seed 0",
+                                    "chance": setup.task.chance}, runs[0])
+    return panel

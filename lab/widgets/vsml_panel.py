@@ -168,7 +168,8 @@ def vsml_panel(params: dict[str, Any], trained: dict[str, list] | None = None) -
         return Run(setup, learner, task, seed, result)
 
     panel = Panel("VS-ML: meta-train live, watch it learn online", controls, train, draw,
-                  validate=setup_of, figsize=(10.0, 3.6))
+                  validate=setup_of, figsize=(10.0, 3.6),
+                  labels=("meta-iteration", "online cross-entropy"))
     shown = "vsml" if trained.get("vsml") else next((n for n, r in trained.items() if r), None)
     if shown is not None:
         first = trained[shown][0]

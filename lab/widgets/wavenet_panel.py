@@ -128,7 +128,8 @@ def wavenet_panel(params: dict[str, Any], teachers: dict[str, dict] | None = Non
         player.value = wav_bytes(sofar, setup.sample_rate)
         return {"audio": sofar, "seconds": seconds, "samples_per_second": rate}
 
-    panel = Panel("Parallel WaveNet sampling, live", controls, run, draw, figsize=(12.0, 3.0))
+    panel = Panel("Parallel WaveNet sampling, live", controls, run, draw, figsize=(12.0, 3.0),
+                  labels=("seconds", "amplitude"))
     panel.widget.children += (player,)
     panel.player = player
     if proxies is not None and "student" in proxies["samples"]:
