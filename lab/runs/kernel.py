@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lab.runs.inputs import _key, file_digest
+from lab.runs.inputs import PROJECT_ROOT, _key, file_digest
 
 USED_FILE = "inputs-used.json"  # written by the kernel into its run folder
 TAG = "lab-inputs"  # the two cells the runner adds (left out of the report)
@@ -226,10 +226,13 @@ def used(run_folder: Path | None = None) -> dict[str, dict[str, str]]:
             except (OSError, json.JSONDecodeError):
                 continue
             inputs = nested.get("inputs") or {}
-            modules |= inputs.get("modules") or {}
-            data |= inputs.get("data") or {}
+            files = inputs.get("files") or {}
+            modules |= files.get("modules") or {}
+            data |= files.get("data") or {}
             if nested.get("notebook_path") and inputs.get("notebook"):
-                data[_key(Path(nested["notebook_path"]).resolve())] = inputs["notebook"]
+                notebook = Path(nested["notebook_path"])
+                notebook = notebook if notebook.is_absolute() else PROJECT_ROOT / notebook
+                data[_key(notebook.resolve())] = inputs["notebook"]
     return {"modules": dict(sorted(modules.items())), "data": dict(sorted(data.items()))}
 
 
