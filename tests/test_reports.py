@@ -360,6 +360,18 @@ def test_fingerprint_names_what_changed(tmp_path):
     assert changed(first, now()) == [str(module), str(data)]
     data.unlink()
     assert changed(first, now())[-1] == f"{data} (gone)"
+    # what a compare view reads and the recorder's own modules are not inputs, also in a
+    # record made before that rule
+    record = tmp_path / "reports" / "runs" / "b-1" / "metrics.json"
+    record.parent.mkdir(parents=True)
+    record.write_text("{}")
+    older = dict(first, files={"modules": {"lab/runs/kernel.py": "k" * 64},
+                               "data": {str(record): file_digest(record)}})
+    assert complete(fingerprint(nb, {"x": 1}, dependencies="d"), older["files"])["files"] == \
+        {"modules": {}, "data": {}}
+    record.write_text('{"x": 1}')
+    assert changed(older, complete(fingerprint(nb, {"x": 1}, dependencies="d"),
+                                   refresh(older))) == []
     # a run that recorded no modules (it failed, or an older record) is never reused
     assert "digest" not in complete(fingerprint(nb, {"x": 1}, dependencies="d"), None)
     assert changed({"notebook": "n"}, first) == ["no record of the modules and data it used"]

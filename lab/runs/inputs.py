@@ -39,7 +39,6 @@ import lab
 CODE_ROOT = Path(lab.__file__).parent
 PROJECT_ROOT = CODE_ROOT.parent
 MISSING = "missing"  # the digest of a file that is gone
-PARTS = ("notebook", "parameters", "modules", "data", "dependencies")
 
 
 def _sha(data: bytes) -> str:
@@ -111,15 +110,38 @@ def fingerprint(notebook: Path, parameters: dict[str, Any], *,
             "dependencies": dependencies or dependencies_digest()}
 
 
+RUN_RECORDS = {"metrics.json", "provenance.json", "inputs-used.json", "report.html",
+               "partial.json", "reused.json", "imported.json"}
+
+
+def is_run_record(key: str) -> bool:
+    """A record of some run (``.../runs/<run>/metrics.json``, ``reused.json``...): what a
+    compare view or a dashboard reads, never an input of a computation. Such files are
+    dropped from the kernel's record and from older records when they are compared."""
+    path = Path(key)
+    return path.name in RUN_RECORDS and ("runs" in path.parts[:-1] or path.name in
+                                         ("reused.json", "imported.json"))
+
+
+RECORDER = {"lab/runs/kernel.py", "lab/runs/inputs.py"}  # they record, they compute nothing
+
+
+def _counted(files: dict[str, str] | None) -> dict[str, str]:
+    """The files that are inputs: neither a run's record nor the recorder's own modules
+    (an edit to how runs are recorded re-runs no notebook)."""
+    return {key: sha for key, sha in (files or {}).items()
+            if not is_run_record(key) and key not in RECORDER}
+
+
 def complete(start: dict[str, Any], used: dict[str, dict[str, str]] | None) -> dict[str, Any]:
     """``start`` (:func:`fingerprint`) with the modules and data files the kernel used
-    (:func:`finish`, :func:`refresh`) and one ``digest`` over all of it; without ``used``
-    (a run that failed, or one recorded before the kernel kept this) there is no digest,
-    and such a run is never reused."""
+    (:func:`lab.runs.kernel.finish`, :func:`refresh`) and one ``digest`` over all of it;
+    without ``used`` (a run that failed, or one recorded before the kernel kept this) there
+    is no ``files``, and such a run is never reused."""
     parts = {k: start[k] for k in ("notebook", "parameters", "dependencies")}
     if not used:
         return parts
-    files = {kind: dict(used.get(kind) or {}) for kind in ("modules", "data")}
+    files = {kind: _counted(used.get(kind)) for kind in ("modules", "data")}
     parts |= {kind: _digest_of(files[kind]) for kind in files}
     parts["digest"] = _sha(json.dumps(parts, sort_keys=True).encode())
     return parts | {"files": files}  # which files, each with its sha256
@@ -130,24 +152,22 @@ def refresh(old: dict[str, Any] | None) -> dict[str, dict[str, str]] | None:
     files = (old or {}).get("files")
     if not files:
         return None
-    return {kind: {key: file_digest(_path(key)) for key in files.get(kind, {})}
+    return {kind: {key: file_digest(_path(key)) for key in _counted(files.get(kind))}
             for kind in ("modules", "data")}
 
 
 def changed(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
-    """What differs between a run's recorded inputs and ``new`` (its inputs now, from the
-    files it used): the parts, and by name the modules and data files that changed."""
-    if not old or "digest" not in old:
+    """What differs between a run's recorded inputs ``old`` and ``new`` (its inputs now:
+    :func:`complete` of :func:`refresh`): the parts by name, and each module and data file
+    that changed. Compared file by file, so a record stays comparable when the rule of what
+    counts (:func:`is_run_record`) changes. Empty: the run can be reused."""
+    if not old or not old.get("files"):
         return ["no record of the modules and data it used" if old else
                 "no record of the inputs"]
-    names = []
-    for part in PARTS:
-        if old.get(part) == new.get(part):
-            continue
-        if part in ("modules", "data"):
-            before, now = old["files"][part], new["files"][part]
-            names += [f"{key}" + (" (gone)" if now.get(key) == MISSING else "")
-                      for key in sorted(before) if before[key] != now.get(key)]
-        else:
-            names.append(part)
+    names = [part for part in ("notebook", "parameters", "dependencies")
+             if old.get(part) != new.get(part)]
+    for kind in ("modules", "data"):
+        before, now = _counted(old["files"].get(kind)), (new.get("files") or {}).get(kind, {})
+        names += [f"{key}" + (" (gone)" if now.get(key) == MISSING else "")
+                  for key in sorted(before) if before[key] != now.get(key)]
     return names

@@ -13,7 +13,8 @@ notebook it keeps, around the notebook's own: the first calls :func:`start`, the
   (their versions are in the dependencies), the system's own files (``/proc``, ``/etc``,
   fonts, locales), Jupyter's, IPython's and matplotlib's settings and caches (``~/.cache``
   but lab's data cache), JAX's compilation cache, lab's checkpoints (resumable state: they
-  change how long a run takes, not what it computes) and the run folder. Runs the notebook
+  change how long a run takes, not what it computes), the run folder, and the records of
+  other runs that a compare view reads (``lab.runs.inputs.is_run_record``). Runs the notebook
   starts itself (a sweep's trials, in ``<run>/sweeps/``) add their modules, data and
   notebooks;
 * ``time``: wall and CPU seconds since :func:`start`; JAX's tracing, lowering and XLA
@@ -38,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lab.runs.inputs import PROJECT_ROOT, _key, file_digest
+from lab.runs.inputs import PROJECT_ROOT, _key, file_digest, is_run_record
 
 USED_FILE = "inputs-used.json"  # written by the kernel into its run folder
 TAG = "lab-inputs"  # the two cells the runner adds (left out of the report)
@@ -205,6 +206,7 @@ def data_files(run_folder: Path | None = None) -> list[str]:
     for path in _read - _written:
         real = os.path.realpath(path)
         if (real in modules or real.endswith((".pyc", ".pth")) or real.startswith(never)
+                or is_run_record(real)
                 or (real.startswith(skip) and not real.startswith(keep))
                 or not os.path.isfile(real)):
             continue

@@ -496,8 +496,8 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
         start = fingerprint(notebook, parameters, dependencies=deps)
         mine = [r for r in runs if r.get("notebook") == notebook.name
                 and r.get("status") == OK and r.get("parameters") == parameters]
-        same = next((r for r in mine if (r.get("inputs") or {}).get("digest")
-                     == complete(start, refresh(r["inputs"])).get("digest")
+        same = next((r for r in mine if (r.get("inputs") or {}).get("files")
+                     and not changed(r["inputs"], complete(start, refresh(r["inputs"])))
                      and (Path(r["folder"]) / REPORT_FILE).exists()), None)
         estimate = next((r.get("duration_s") for r in mine), None)
         last = (mine[0] if mine else {}).get("inputs")
