@@ -7,8 +7,10 @@
 reports`` made, not the reused or imported ones), the run's wall time and where it went, from
 what the kernel recorded about itself (``lab.runs.kernel``): kernel start and the report
 (the runner's share: the run's time less the kernel's), JAX's tracing and lowering, XLA's
-compilation, and the kernel's main thread sampled every 20 ms as compiling / waiting on XLA /
-running Python, with the CPU seconds of every thread and the cores they mean.
+compilation, and the kernel's main thread sampled every 20 ms as compiling / inside a native
+call (an XLA program, numpy, I/O) / running Python, with the CPU seconds of every thread and
+the cores they mean. ``--between START END`` (UTC, as in the run folders' names,
+``20261126-0940``) takes the runs started in that window instead of each notebook's latest.
 
 ``jobs``: clone this repository afresh for each N, each with an empty compilation cache,
 and time ``make reports JOBS=N`` in each, one after the other on this machine (nothing else
@@ -28,10 +30,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _runs(out: Path) -> list[dict]:
+def _runs(out: Path, between: tuple[str, str] | None = None) -> list[dict]:
     runs = []
     for prov in sorted((out / "runs").glob("*/provenance.json")):
         run = json.loads(prov.read_text())
+        stamp = run.get("started", "").replace("-", "").replace(":", "").replace("T", "-")
+        if between and not between[0] <= stamp[:len(between[0])] <= between[1]:
+            continue
         if run.get("status") == "ok" and run.get("kernel_time") and \
                 not (prov.parent / "imported.json").exists():
             runs.append(run)
@@ -47,23 +52,25 @@ def breakdown(run: dict) -> dict[str, float]:
     kernel, total = t["wall_s"], run["duration_s"]
     row = {"wall": total, "runner": total - kernel, "trace+lower": t["trace_s"] + t["lower_s"],
            "xla compile": t["xla_compile_s"]}
-    shares = {k: t.get(f"{k}_share", 0.0) for k in ("compile", "wait", "python")}
-    row |= {f"main: {k}": kernel * v for k, v in shares.items()}
+    sampled = "native_share" in t  # records made before the native/python sampler: none
+    row |= {f"main: {k}": kernel * t[f"{k}_share"] if sampled else float("nan")
+            for k in ("compile", "native", "python")}
     row |= {"cpu": t["cpu_s"], "cores": t["cpu_s"] / kernel if kernel else 0.0}
     return row
 
 
-def table(out: Path) -> str:
-    rows = [(run["notebook"], breakdown(run)) for run in _runs(out)]
+def table(out: Path, between: tuple[str, str] | None = None) -> str:
+    rows = [(run["notebook"], breakdown(run)) for run in _runs(out, between)]
     if not rows:
         return f"{out}: no ok run with a kernel time record"
     names = list(rows[0][1])
     lines = [f"| notebook | {' | '.join(names)} |", "|" + " --- |" * (len(names) + 1)]
-    totals = {k: sum(r[k] for _, r in rows) for k in names}
+    totals = {k: sum(r[k] for _, r in rows) for k in names}  # nan where a run has none
     totals["cores"] = totals["cpu"] / max(1e-9, sum(r["wall"] - r["runner"] for _, r in rows))
     for name, row in [*rows, ("all (sum)", totals)]:
         lines.append(f"| {name} | " + " | ".join(
-            f"{row[k]:.2f}" if k == "cores" else f"{row[k]:.0f}" for k in names) + " |")
+            "-" if row[k] != row[k] else f"{row[k]:.2f}" if k == "cores" else f"{row[k]:.0f}"
+            for k in names) + " |")
     return "\n".join(lines)
 
 
@@ -105,13 +112,14 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     t = commands.add_parser("table", help="per-notebook time breakdown of reports folders")
     t.add_argument("folders", nargs="+", type=Path)
+    t.add_argument("--between", nargs=2, metavar=("START", "END"))
     j = commands.add_parser("jobs", help="time make reports JOBS=N in fresh clones")
     j.add_argument("counts", nargs="+", type=int)
     j.add_argument("--force-again", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "table":
         for folder in args.folders:
-            print(f"## {folder}\n{table(folder)}\n")
+            print(f"## {folder}\n{table(folder, args.between)}\n")
     else:
         jobs(args.counts, args.force_again)
     return 0

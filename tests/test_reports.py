@@ -492,7 +492,7 @@ def test_kernels_side_by_side_share_the_cores_and_key_their_compilation_cache(mo
     assert "JAX_COMPILATION_CACHE_DIR" not in kernel_environment(jobs=1)
 
 
-def test_the_kernel_sampler_tells_compiling_from_python():
+def test_the_kernel_sampler_tells_compiling_native_calls_and_python_apart():
     import sys
 
     import jax
@@ -502,26 +502,13 @@ def test_the_kernel_sampler_tells_compiling_from_python():
     seen = []
 
     def traced(x):
-        seen.append(classify(sys._getframe()))  # runs while jax traces it
+        seen.append(classify(sys._getframe(), None)[0])  # runs while jax traces it
         return x + 1
 
     jax.jit(traced)(1.0)
-    assert seen == ["compile"] and classify(sys._getframe()) == "python"
-
-
-def test_a_sweeps_trials_add_their_modules_data_and_notebook_to_the_run(tmp_path):
-    """Notebook 05's kernel starts runs of another notebook (its trials, in its run folder):
-    their modules, data files and notebook are inputs of the sweep's run too."""
-    from lab.runs.kernel import used
-
-    trial = tmp_path / "sweeps" / "study" / "runs" / "07_a2c-1"
-    trial.mkdir(parents=True)
-    (trial / "provenance.json").write_text(json.dumps({
-        "notebook_path": "notebooks/07_a2c.ipynb",
-        "inputs": {"notebook": "n" * 64, "files": {"modules": {"lab/train/a2c.py": "m" * 64},
-                                                   "data": {"/data/table.csv": "d" * 64}}}}))
-    record = used(tmp_path)
-    assert record["modules"]["lab/train/a2c.py"] == "m" * 64
-    assert record["data"]["/data/table.csv"] == "d" * 64
-    assert record["data"]["notebooks/07_a2c.ipynb"] == "n" * 64
-    assert "lab/runs/kernel.py" in record["modules"]  # this process's own
+    assert seen == ["compile"]
+    caller = sys._getframe(1)  # suspended in its call of this test, as a thread in C is
+    kind, here = classify(caller, None)
+    assert kind == "python"  # a first look
+    assert classify(caller, here)[0] == "native"  # still at the same instruction
+    assert classify(sys._getframe(), here)[0] == "python"  # a frame that moved on

@@ -19,12 +19,11 @@ notebook it keeps, around the notebook's own: the first calls :func:`start`, the
   notebooks;
 * ``time``: wall and CPU seconds since :func:`start`; JAX's tracing, lowering and XLA
   compilation seconds (``jax.monitoring``; a program loaded from the compilation cache counts
-  its load); and a sample every 20 ms of what the kernel's main thread is doing:
-  ``compile`` (inside JAX's tracing, lowering or compiling), ``wait`` (waiting on XLA: a
-  result read back, ``block_until_ready``, a dispatch), ``python`` (anything else: the
-  notebook's and lab's Python, numpy, matplotlib). XLA's own work runs on other threads
-  while the main thread waits, so ``wait`` is the computation's share of the wall time
-  that was not hidden behind Python (JAX dispatches asynchronously).
+  its load); and a sample every 20 ms of what the kernel's main thread is doing
+  (:func:`classify`): ``compile`` (JAX tracing, lowering or compiling), ``native`` (inside
+  one call into native code since the sample before: an XLA program running or awaited,
+  numpy, I/O) or ``python`` (running Python bytecode). The shares are of the kernel's wall
+  time; XLA's other threads and GA3C's worker threads show in the CPU seconds, not here.
 
 Not seen: files read by other programs the kernel starts (``espeak-ng``, ``sox``: the speech
 data records their versions).
@@ -105,16 +104,12 @@ _COMPILE_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace_s",
                    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
                    "/jax/core/compile/backend_compile_duration": "xla_compile_s"}
 _clock: dict[str, float] = {}
-_samples = {"compile": 0, "wait": 0, "python": 0}
+_samples = {"compile": 0, "native": 0, "python": 0}
 SAMPLE_EVERY = 0.02  # seconds between two looks at the main thread
 
-# where a main-thread stack is, by the JAX source files and functions on it
+# a main-thread stack that holds one of these JAX files is tracing, lowering or compiling
 _COMPILING = ("jax/_src/compiler.py", "jax/_src/interpreters/mlir.py",
               "jax/_src/interpreters/partial_eval.py", "jax/_src/linear_util.py")
-_WAITING = {"_value", "block_until_ready", "__array__", "_single_device_array_to_np_array",
-            "__float__", "__int__", "__bool__", "__index__", "tolist", "item",
-            "copy_to_host_async", "_execute_compiled", "_pjit_call_impl_python",
-            "execute_replicated", "__call__"}
 
 
 def _on_duration(event: str, duration: float, **_: Any) -> None:
@@ -124,29 +119,31 @@ def _on_duration(event: str, duration: float, **_: Any) -> None:
         _compile["compiles"] += name == "xla_compile_s"
 
 
-def classify(frame) -> str:
-    """``compile``, ``wait`` or ``python`` for a stack whose innermost frame is ``frame``."""
-    innermost = True
-    while frame is not None:
-        name = frame.f_code.co_filename.replace(os.sep, "/")
-        if "jax/_src/" in name:
-            if name.endswith(_COMPILING):
-                return "compile"
-            if innermost and frame.f_code.co_name in _WAITING:
-                return "wait"
-        else:
-            innermost = innermost and "jaxlib/" in name
-        frame = frame.f_back
-    return "python"
+def classify(frame, before: tuple | None) -> tuple[str, tuple]:
+    """What the main thread does, from its innermost frame now and the ``(frame id,
+    instruction)`` it was at one sample before: ``compile`` when JAX's tracing, lowering or
+    compiling is on its stack; ``native`` when it is still at the same instruction of the
+    same frame, that is inside one call into native code (an XLA program running: on the
+    CPU a jitted call runs on the calling thread; waiting for one; numpy; I/O); otherwise
+    ``python``. Returns the kind and the position to pass next time."""
+    here = (id(frame), frame.f_lasti)
+    outer = frame
+    while outer is not None:
+        if outer.f_code.co_filename.replace(os.sep, "/").endswith(_COMPILING):
+            return "compile", here
+        outer = outer.f_back
+    return ("native" if here == before else "python"), here
 
 
 def _sample(main: int) -> None:
+    before = None
     while True:
         time.sleep(SAMPLE_EVERY)
         frame = sys._current_frames().get(main)
         if frame is None:
             return
-        _samples[classify(frame)] += 1
+        kind, before = classify(frame, before)
+        _samples[kind] += 1
         del frame
 
 
