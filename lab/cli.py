@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
                      help="with --all: run up to N notebooks at once, each kernel with its "
                      f"share of the cores (default: {DEFAULT_JOBS}, the fastest measured on "
-                     "the 2-core machine)")
+                     "the 2-core machine: benchmarks/RESULTS.md)")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                      metavar=("NAME", "VALUE"), help="a parameter's value, converted to the "
                      "type of its default (repeatable); beats the preset's and the notebook's")

@@ -72,7 +72,7 @@ KERNEL_NAME = "lab"
 DEFAULT_CELL_TIMEOUT = 1800  # seconds one cell of a default run may take
 PRESET_CELL_TIMEOUT = 6 * 3600  # ... and of a named preset (claim runs: an hour in one cell)
 OK, FAILED, INTERRUPTED, RUNNING = "ok", "failed", "interrupted", "running"
-DEFAULT_JOBS = 1  # notebooks at once under `--all` (measured: benchmarks/RESULTS.md)
+DEFAULT_JOBS = 2  # notebooks at once for `--all` and `make reports` (benchmarks/RESULTS.md)
 PRUNED = "pruned"  # a sweep's trial the pruner stopped early (lab.sweeps.phases)
 
 
@@ -514,6 +514,7 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
         else:
             to_run.append((k, plan))
             _forget_reuse(out, plan.notebook.name)  # here, before runs end side by side
+    jobs = min(jobs, len(to_run))  # one notebook to run gets every core, in this process
     if jobs <= 1:
         for k, plan in to_run:
             log(f"[{k}/{len(plans)}] {plan.notebook.name}, "
