@@ -512,3 +512,21 @@ def test_the_kernel_sampler_tells_compiling_native_calls_and_python_apart():
     assert kind == "python"  # a first look
     assert classify(caller, here)[0] == "native"  # still at the same instruction
     assert classify(sys._getframe(), here)[0] == "python"  # a frame that moved on
+
+
+def test_a_sweeps_trials_add_their_modules_data_and_notebook_to_the_run(tmp_path):
+    """Notebook 05's kernel starts runs of another notebook (its trials, in its run folder):
+    their modules, data files and notebook are inputs of the sweep's run too."""
+    from lab.runs.kernel import used
+
+    trial = tmp_path / "sweeps" / "study" / "runs" / "07_a2c-1"
+    trial.mkdir(parents=True)
+    (trial / "provenance.json").write_text(json.dumps({
+        "notebook_path": "notebooks/07_a2c.ipynb",
+        "inputs": {"notebook": "n" * 64, "files": {"modules": {"lab/train/a2c.py": "m" * 64},
+                                                   "data": {"/data/table.csv": "d" * 64}}}}))
+    record = used(tmp_path)
+    assert record["modules"]["lab/train/a2c.py"] == "m" * 64
+    assert record["data"]["/data/table.csv"] == "d" * 64
+    assert record["data"]["notebooks/07_a2c.ipynb"] == "n" * 64
+    assert "lab/runs/kernel.py" in record["modules"]  # this process's own
