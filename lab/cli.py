@@ -64,8 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                      "unchanged since its last ok run")
     run.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
                      help="with --all: run up to N notebooks at once, each kernel with its "
-                     f"share of the cores (default: {DEFAULT_JOBS}, the fastest measured on "
-                     "the 2-core machine: benchmarks/RESULTS.md)")
+                     f"share of the cores (default: {DEFAULT_JOBS}; the 2-core machine's "
+                     "figures in benchmarks/RESULTS.md)")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                      metavar=("NAME", "VALUE"), help="a parameter's value, converted to the "
                      "type of its default (repeatable); beats the preset's and the notebook's")
