@@ -255,8 +255,15 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false"  # Eigen's thread pool off
 
 
-def available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+def available_cores() -> list[int]:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def threads_per_kernel(jobs: int, cores: int) -> int:
+    return max(1, cores // jobs)
 
 
 def compile_cache_dir(xla_flags: str) -> Path | None:
@@ -292,10 +299,10 @@ def kernel_environment(jobs: int = 1, cores: int | None = None) -> dict[str, str
     for XLA's CPU backend (Eigen off; :func:`run_all` also pins a kernel of several threads
     to its own cores); beside other kernels no kernel preallocates a GPU's memory; every
     kernel uses the persistent compilation cache (:func:`compile_cache_dir`)."""
-    cores = cores or available_cores()
+    cores = cores or len(available_cores())
     env: dict[str, str] = {}
     if jobs > 1:
-        threads = max(1, cores // jobs)
+        threads = threads_per_kernel(jobs, cores)
         env |= {name: str(threads) for name in THREAD_VARIABLES}
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
         if threads == 1:
@@ -564,9 +571,8 @@ def _run_side_by_side(to_run: list[tuple[int, "Plan"]], total: int, jobs: int, f
     import concurrent.futures as cf
     import multiprocessing
 
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-        else list(range(os.cpu_count() or 1))
-    threads = max(1, len(cores) // jobs)
+    cores = available_cores()
+    threads = threads_per_kernel(jobs, len(cores))
     env = kernel_environment(jobs, len(cores))
     ensure_kernel()  # once, before the workers look for it
     queue = sorted(to_run, key=lambda kp: -(kp[1].estimate if kp[1].estimate is not None
