@@ -198,7 +198,7 @@ def data_files(run_folder: Path | None = None) -> list[str]:
     those that are never data (module doc)."""
     never, keep, skip = _not_data()
     never += (os.path.realpath(run_folder) + os.sep,) if run_folder else ()
-    modules = set(imported_modules())
+    modules = set(imported_modules())  # after _not_data's imports: their sources are read too
     files = set()
     for path in _read - _written:
         real = os.path.realpath(path)
