@@ -12,8 +12,9 @@ call (an XLA program, numpy, I/O) / running Python, with the CPU seconds of ever
 the cores they mean. ``--between START END`` (UTC, as in the run folders' names,
 ``20261126-0940``) takes the runs started in that window instead of each notebook's latest.
 
-``jobs``: clone this repository afresh for each N, each with an empty compilation cache,
-and time ``make reports JOBS=N`` in each, one after the other on this machine (nothing else
+``jobs``: clone this repository afresh for each N, each with empty compilation, checkpoint
+and data caches (``LAB_COMPILE_CACHE``, ``LAB_CHECKPOINT_DIR``, ``LAB_DATA_DIR`` pointed at new
+folders), and time ``make reports JOBS=N`` in each, one after the other on this machine (nothing else
 should run beside them); ``--force-again`` then times a second ``make reports FORCE=1`` in
 each clone, its compilation cache now warm. Prints each time and the ratios. About two
 hours on the 2-core machine for ``jobs 1 2 --force-again``.
@@ -74,9 +75,10 @@ def table(out: Path, between: tuple[str, str] | None = None) -> str:
     return "\n".join(lines)
 
 
-def _timed(command: list[str], cwd: Path, env: dict) -> float:
+def _timed(command: list[str], cwd: Path, env: dict, log: Path) -> float:
     start = time.monotonic()
-    subprocess.run(command, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+    with log.open("a") as out:
+        subprocess.run(command, cwd=cwd, env=env, check=True, stdout=out, stderr=subprocess.STDOUT)
     return time.monotonic() - start
 
 
@@ -92,12 +94,15 @@ def jobs(counts: list[int], force_again: bool) -> None:
     for n in counts:
         folder = Path(tempfile.mkdtemp(prefix=f"lab-reports-jobs{n}-"))
         subprocess.run(["git", "clone", "-q", str(ROOT), str(folder / "lab")], check=True)
-        env = os.environ | {"LAB_COMPILE_CACHE": str(folder / "cache")}
-        first = _timed(["make", "reports", f"JOBS={n}"], folder / "lab", env)
-        print(f"JOBS={n}: fresh clone {first / 60:.1f} min", flush=True)
+        env = os.environ | {name: str(folder / sub) for name, sub in (
+            ("LAB_COMPILE_CACHE", "compile"), ("LAB_CHECKPOINT_DIR", "checkpoints"),
+            ("LAB_DATA_DIR", "data"))}
+        log = folder / "make-reports.log"
+        first = _timed(["make", "reports", f"JOBS={n}"], folder / "lab", env, log)
+        print(f"JOBS={n}: fresh clone {first / 60:.1f} min (log: {log})", flush=True)
         results[n] = {"first": first}
         if force_again:
-            again = _timed(["make", "reports", f"JOBS={n}", "FORCE=1"], folder / "lab", env)
+            again = _timed(["make", "reports", f"JOBS={n}", "FORCE=1"], folder / "lab", env, log)
             results[n]["again"] = again
             print(f"JOBS={n}: FORCE=1 again, warm cache {again / 60:.1f} min "
                   f"({again / first:.2f}x the first)", flush=True)
