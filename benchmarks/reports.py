@@ -10,7 +10,9 @@ what the kernel recorded about itself (``lab.runs.kernel``): kernel start and th
 compilation, and the kernel's main thread sampled every 20 ms as compiling / inside a native
 call (an XLA program, numpy, I/O) / running Python, with the CPU seconds of every thread and
 the cores they mean. ``--between START END`` (UTC, as in the run folders' names,
-``20261126-0940``) takes the runs started in that window instead of each notebook's latest.
+``20261126-0940``) takes the runs started from START up to, not including, END instead of
+each notebook's latest (END inclusive once let a re-run started in END's minute replace a
+notebook's run of the window: 11 and 12 in the first table of issue 46's section).
 
 ``jobs``: clone this repository afresh for each N, each with empty compilation, checkpoint
 and data caches (``LAB_COMPILE_CACHE``, ``LAB_CHECKPOINT_DIR``, ``LAB_DATA_DIR`` pointed at new
@@ -36,7 +38,8 @@ def _runs(out: Path, between: tuple[str, str] | None = None) -> list[dict]:
     for prov in sorted((out / "runs").glob("*/provenance.json")):
         run = json.loads(prov.read_text())
         stamp = run.get("started", "").replace("-", "").replace(":", "").replace("T", "-")
-        if between and not between[0] <= stamp[:len(between[0])] <= between[1]:
+        if between and not (between[0] <= stamp[:len(between[0])]
+                            and stamp[:len(between[1])] < between[1]):
             continue
         if run.get("status") == "ok" and run.get("kernel_time") and \
                 not (prov.parent / "imported.json").exists():
