@@ -14,13 +14,13 @@ the cores they mean. ``--between START END`` (UTC, as in the run folders' names,
 each notebook's latest (END inclusive once let a re-run started in END's minute replace a
 notebook's run of the window: 11 and 12 in the first table of issue 46's section).
 
-``jobs``: clone this repository afresh for each N, each with empty compilation, checkpoint
-and data caches (``LAB_COMPILE_CACHE``, ``LAB_CHECKPOINT_DIR``, ``LAB_DATA_DIR`` pointed at new
-folders), and time ``make reports JOBS=N`` in each, one after the other on this machine (nothing else
-should run beside them); ``--force-again`` then times a second ``make reports FORCE=1`` in
-each clone, its compilation cache now warm. Prints each time, the per-notebook table of each
-clone and the ratios. ``jobs 1 2`` took 2 h 14 min on the 2-core machine (2026-11-26: 79.1 and
-55.0 min, 0.69x); ``--force-again`` adds about 0.75x of each first run.
+``jobs``: clone this repository afresh for each N, each with empty compilation, checkpoint and
+data caches (``LAB_COMPILE_CACHE``, ``LAB_CHECKPOINT_DIR``, ``LAB_DATA_DIR`` pointed at new
+folders), and time ``make reports JOBS=N`` in each, one after the other on this machine
+(nothing else should run beside them); ``--force-again`` then times a second ``make reports
+FORCE=1`` in each clone, its compilation cache now warm. Prints each time, the per-notebook
+table of each clone and the ratios. ``jobs 1 2`` took 2 h 14 min on the 2-core machine
+(2026-11-26: 79.1 and 55.0 min, 0.69x); ``--force-again`` adds about 0.75x of each first run.
 """
 
 import argparse
