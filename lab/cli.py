@@ -6,6 +6,8 @@
     python -m lab run --all [--preset gpu] [--notebooks notebooks] [--force] [--jobs N]
     python -m lab import DIR...                     # run folders made on other machines
     python -m lab report
+    python -m lab claims verify reports/runs results    # verdicts recomputed from records
+    python -m lab claims rederive results/04_*          # old records under today's rule
     python -m lab --version
     python -m lab sweep run sweeps/mpo_pendulum.yaml [--workers 4] [--storage URL]
     python -m lab sweep worker --storage URL --study NAME      # join from any machine
@@ -94,6 +96,17 @@ def _parser() -> argparse.ArgumentParser:
     bring.add_argument("folders", nargs="+", type=Path, metavar="DIR",
                        help="run folders, each with provenance.json and metrics.json")
     bring.add_argument("--out", type=Path, default=Path("reports"))
+    claims = commands.add_parser("claims", help="the claims' verdicts: verify them from the "
+                                 "records, or re-derive old records under the shared rule")
+    claim_actions = claims.add_subparsers(dest="action", required=True)
+    check = claim_actions.add_parser("verify", help="recompute every verdict from each run's "
+                                     "metrics.json alone; exit 1 on any mismatch")
+    again = claim_actions.add_parser("rederive", help="decide recorded runs' claims again under "
+                                     "the experiments' current declarations (no re-run); the "
+                                     "claims as recorded are kept in metrics.json")
+    for action in (check, again):
+        action.add_argument("folders", nargs="+", type=Path, metavar="RUN_OR_RESULTS_DIR",
+                            help="run folders, or folders holding them (results, reports)")
     sweep = commands.add_parser("sweep", help="parameter sweeps with early termination")
     actions = sweep.add_subparsers(dest="action", required=True)
     start = actions.add_parser("run", help="create a study from a YAML spec and run it here")
@@ -241,6 +254,40 @@ def _import(args) -> int:
     return 0
 
 
+def _claims(args) -> int:
+    from datetime import UTC, datetime
+
+    from lab.runs.rederive import rederive, run_folders, verify
+
+    missing = [str(f) for f in args.folders if not f.is_dir()]
+    if missing:
+        raise RunnerError(f"no such folder: {', '.join(missing)}; give run folders or the "
+                          "folders that hold them (results, reports)")
+    folders = run_folders(args.folders)
+    if not folders:
+        raise RunnerError("no run folder (with metrics.json) in "
+                          f"{', '.join(map(str, args.folders))}")
+    if args.action == "rederive":
+        project = Path(lab.__file__).resolve().parent.parent
+        when = datetime.now(UTC).isoformat(timespec="seconds")
+        commit = git_state(project)["commit"] or ""
+        for folder in folders:
+            before, after = rederive(folder, project, when=when, commit=commit[:12])
+            was = dict(before)
+            print(f"{folder.name}: " + "; ".join(
+                f"{name} {was.get(name, '(new)')} -> {verdict}" for name, verdict in after))
+        return 0
+    bad = 0
+    for folder in folders:
+        problems = verify(folder)
+        bad += bool(problems)
+        print(f"{'ok' if not problems else 'MISMATCH':>8}  {folder}")
+        for line in problems:
+            print(f"          {line}")
+    print(f"{len(folders) - bad} of {len(folders)} run(s) reproduce their recorded verdicts")
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -248,7 +295,13 @@ def main(argv: list[str] | None = None) -> int:
         print(_version())
         return 0
     if args.command is None:
-        parser.error("give a command: run, import, report or sweep")
+        parser.error("give a command: run, import, report, claims or sweep")
+    if args.command == "claims":
+        try:
+            return _claims(args)
+        except (RunnerError, ValueError, OSError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     if args.command == "sweep":
         try:
             return _sweep(args)

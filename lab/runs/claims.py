@@ -1,37 +1,65 @@
 """What a run says about its paper: the claims with their verdicts, and the headline metrics.
 
-A notebook measures a paper's claims; its reports should open with them. Instead of the
-reports guessing from metric names, the notebook declares them, next to its other metrics:
+A notebook measures a paper's claims; its reports should open with them. Each experiment
+module declares its claims once, as data (``lab.runs.verdict.Declaration``: the paper's
+words, the per-unit measure, the comparison, the smallest effect that counts, the family);
+a run judges them from its per-unit numbers and records them next to its other metrics:
 
     record(**metrics, **summary(
         paper="Frerix et al., Proximal Backpropagation (ICLR 2018)",
         measured="digits, MLP 400-100-400, 30 epochs, 3 seeds",
         paper_setting="CIFAR-10, MLP and conv nets",
-        claims=[Claim("faster_per_epoch", "ProxProp lowers the training loss faster ...",
-                      verdict_of(metrics["claim_faster_per_epoch"]),
-                      {"BackProp loss after epoch 5": 0.41, "ProxProp": 0.29})],
+        claims=[judge(CLAIMS["faster_per_epoch_exact"], proxprop_gain, backprop_gain)],
         headline=["proxprop_final_train_loss", "backprop_final_train_loss"]))
 
-``summary`` returns three reserved entries of ``metrics.json``:
+``summary`` decides every claim with the one rule (``lab.runs.verdict.decide``: effect,
+bootstrap interval, sign-flip p corrected within the family) and returns three reserved
+entries of ``metrics.json``:
 
 - ``study``: the paper, the data and scale this run measured at, the paper's own setting;
-- ``claims``: one entry per claim: its name, statement, verdict (one of ``VERDICTS``) and
-  the few numbers behind the verdict, as label -> number (or short text). A notebook may
-  declare, before the run, the smallest budget at which a claim can be decided; below it
-  ``decidable`` turns the measured verdict into "too small to decide here";
+- ``claims``: one entry per claim: its declaration and fingerprint, the per-unit values,
+  the verdict (one of ``VERDICTS``) with its evidence (``n``, ``effect``, ``ci``, ``p``)
+  and a few numbers to show beside it, as label -> number (or short text);
 - ``headline``: names of scalar metrics of this run worth a glance.
 
 The run report (``report.html``), the index and the claims dashboard (``claims.html``) read
-these entries; curves and other arrays stay in ``metrics.json`` and the figures.
+these entries; ``python -m lab claims verify`` recomputes the verdicts from them alone.
 """
 
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-HOLDS, WEAKLY, FAILS, UNTESTED = "holds", "weakly", "does not hold", "not tested"
-TOO_SMALL = "too small to decide here"  # the run's budget is below what the claim needs
-VERDICTS = (HOLDS, WEAKLY, FAILS, TOO_SMALL, UNTESTED)
+from lab.runs.verdict import (
+    CHECK,
+    FAILS,
+    GREATER,
+    HOLDS,
+    INCONCLUSIVE,
+    LESS,
+    PAIRED,
+    SMALLER,
+    THRESHOLD,
+    TOO_SMALL,
+    UNTESTED,
+    VERDICTS,
+    Declaration,
+    decide,
+    judge,
+)
+
+WEAKLY = "weakly"  # retired: read from runs recorded before the shared rule, never written
 RESERVED = ("study", "claims", "headline")
+__all__ = ["CHECK", "GREATER", "LESS", "PAIRED", "THRESHOLD", "FAILS", "HOLDS", "INCONCLUSIVE",
+           "SMALLER", "TOO_SMALL", "UNTESTED", "VERDICTS", "Declaration", "judge", "summary",
+           "claims_of", "headline_of", "study_of", "fmt", "plural", "declarations"]
+
+
+def declarations(*claims: Declaration) -> dict[str, Declaration]:
+    """An experiment's claims by name (each name once): ``CLAIMS = declarations(...)``."""
+    names = [c.name for c in claims]
+    if len(set(names)) != len(names):
+        raise ValueError(f"claim names repeat: {names}; give each claim its own name")
+    return {c.name: c for c in claims}
 
 
 @dataclass(frozen=True)
@@ -44,7 +72,7 @@ class Claim:
     numbers: dict[str, Any] = field(default_factory=dict)  # the figures behind the verdict
 
     def __post_init__(self):
-        if self.verdict not in VERDICTS:
+        if self.verdict not in (*VERDICTS, WEAKLY):
             raise ValueError(f"claim {self.name!r}: verdict {self.verdict!r} is not one of "
                              f"{', '.join(VERDICTS)}")
 
@@ -86,18 +114,23 @@ def decidable(claim: Claim, *, budget: int, smallest: int | None, unit: str) -> 
 
 
 def summary(*, paper: str, measured: str, paper_setting: str = "",
-            claims: list[Claim] = (), headline: list[str] = ()) -> dict[str, Any]:
+            claims: list[dict[str, Any]] = (), headline: list[str] = ()) -> dict[str, Any]:
     """The reserved entries of ``metrics.json`` for ``record(**summary(...))``; see the
-    module docstring."""
-    names = [c.name for c in claims]
+    module docstring. ``claims`` are ``judge(...)``'s entries; each gets its verdict here,
+    the family's p-values corrected together."""
+    names = [c["name"] if isinstance(c, dict) else c.name for c in claims]
     if len(set(names)) != len(names):
         raise ValueError(f"claim names repeat: {names}; give each claim its own name")
+    judged = [c for c in claims if isinstance(c, dict)]
+    decided = iter(decide(judged))
+    entries = []
+    for c in claims:  # a legacy Claim (a module not yet on the shared rule) as it was
+        entries.append(next(decided) if isinstance(c, dict) else
+                       asdict(c) | {"numbers": [[k, v] for k, v in c.numbers.items()]})
     # numbers as [label, value] pairs: metrics.json is written with sorted keys, and the
     # order of the numbers is part of how they read ("ProxProp 0.29; BackProp 0.41")
     return {"study": {"paper": paper, "measured": measured, "paper_setting": paper_setting},
-            "claims": [asdict(c) | {"numbers": [[k, v] for k, v in c.numbers.items()]}
-                       for c in claims],
-            "headline": list(headline)}
+            "claims": entries, "headline": list(headline)}
 
 
 def plural(n: int, word: str) -> str:
@@ -111,9 +144,16 @@ def is_scalar(value: Any) -> bool:
     return isinstance(value, int | float | str | bool) or value is None
 
 
+EVIDENCE = ("quote", "source", "unit", "measure", "comparison", "direction", "minimum_effect",
+            "minimum_effect_source", "threshold", "family", "family_size", "decidable_at",
+            "budget", "budget_unit", "declared_after", "timing", "declaration", "values", "n",
+            "effect", "ci", "p", "p_raw", "measured_verdict", "units_to_decide", "to_remake")
+
+
 def claims_of(metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """The declared claims of a run's metrics, each with a verdict the reports know; a run
-    without them (an older run, a notebook without a paper) has none."""
+    """The declared claims of a run's metrics, each with a verdict the reports know and its
+    evidence (``EVIDENCE``; absent from runs recorded before the shared rule, whose retired
+    "weakly" is read as it was written); a run without claims has none."""
     out = []
     for claim in metrics.get("claims") or []:
         if not isinstance(claim, dict) or "statement" not in claim:
@@ -121,9 +161,10 @@ def claims_of(metrics: dict[str, Any]) -> list[dict[str, Any]]:
         numbers = claim.get("numbers") or []
         pairs = numbers.items() if isinstance(numbers, dict) else numbers
         numbers = {str(k): v for k, v in pairs if is_scalar(v)}
+        verdict = claim.get("verdict")
         out.append({"name": claim.get("name", ""), "statement": claim["statement"],
-                    "verdict": claim.get("verdict") if claim.get("verdict") in VERDICTS
-                    else UNTESTED, "numbers": numbers})
+                    "verdict": verdict if verdict in (*VERDICTS, WEAKLY) else UNTESTED,
+                    "numbers": numbers} | {k: claim.get(k) for k in EVIDENCE})
     return out
 
 
