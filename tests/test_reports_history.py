@@ -5,7 +5,7 @@ import json
 import re
 
 from lab.runs import build_index
-from lab.runs.claims import FAILS, HOLDS, UNTESTED, WEAKLY
+from lab.runs.claims import FAILS, HOLDS, INCONCLUSIVE, UNTESTED
 from lab.runs.report import Scale, claim_history, claim_rows, latest_reports, load_runs, reuses
 from tests.test_reports import claim_metrics, write_run
 
@@ -17,17 +17,19 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 def history_runs(out):
     """Default runs that hold, hold, then fail (the newest ok one), a failed run after them
-    that would hold, claim-preset runs between them that hold weakly, and a GPU run of the
+    that would hold, claim-preset runs between them that are inconclusive, and a GPU run of the
     claim preset that fails; each with its own commit."""
     day = "2026-11-{:02d}T10:00:00+00:00".format
     write_run(out, "d1", NOTEBOOK, day(20), claim_metrics(HOLDS, loss=0.111), commit="d1" * 8)
-    write_run(out, "c1", NOTEBOOK, day(21), claim_metrics(WEAKLY, loss=0.555), commit="c1" * 8,
+    write_run(out, "c1", NOTEBOOK, day(21), claim_metrics(INCONCLUSIVE, loss=0.555),
+              commit="c1" * 8,
               parameters=CLAIM, overrides={"preset": "claim"})
     write_run(out, "d2", NOTEBOOK, day(22), claim_metrics(HOLDS, loss=0.222), commit="d2" * 8)
     write_run(out, "d3", NOTEBOOK, day(23), claim_metrics(FAILS, loss=0.333), commit="d3" * 8)
     write_run(out, "d4", NOTEBOOK, day(24), claim_metrics(HOLDS, loss=0.444), commit="d4" * 8,
               status="failed")
-    write_run(out, "c2", NOTEBOOK, day(25), claim_metrics(WEAKLY, loss=0.666), commit="c2" * 8,
+    write_run(out, "c2", NOTEBOOK, day(25), claim_metrics(INCONCLUSIVE, loss=0.666),
+              commit="c2" * 8,
               parameters=CLAIM, overrides={"preset": "claim"})
     write_run(out, "g1", NOTEBOOK, day(26), claim_metrics(FAILS, loss=0.777), commit="g1" * 8,
               parameters=CLAIM, devices=[f"cuda:0 {H100}"])
@@ -48,8 +50,8 @@ def test_claim_history_is_newest_first_per_scale_and_flags_changed_verdicts(tmp_
     assert seen(DEFAULT) == [("d3", FAILS, HOLDS, "d3d3d3d3", "2026-11-23", "0.333"),
                              ("d2", HOLDS, None, "d2d2d2d2", "2026-11-22", "0.222"),
                              ("d1", HOLDS, None, "d1d1d1d1", "2026-11-20", "0.111")]
-    assert seen(CLAIM_CPU) == [("c2", WEAKLY, None, "c2c2c2c2", "2026-11-25", "0.666"),
-                               ("c1", WEAKLY, None, "c1c1c1c1", "2026-11-21", "0.555")]
+    assert seen(CLAIM_CPU) == [("c2", INCONCLUSIVE, None, "c2c2c2c2", "2026-11-25", "0.666"),
+                               ("c1", INCONCLUSIVE, None, "c1c1c1c1", "2026-11-21", "0.555")]
     # the same preset on a GPU is a scale of its own: its "does not hold" flags nothing
     assert seen(Scale(2, "claim", H100)) == [("g1", FAILS, None, "g1g1g1g1", "2026-11-26",
                                               "0.777")]

@@ -188,3 +188,63 @@ def fmt(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def evidence(claim: dict[str, Any]) -> str:
+    """One line of a claim's evidence as the pages show it beside the verdict:
+
+        effect +19.53 [15.85, 23.19] (95% CI), n = 3 sampler seeds, p = 0.125 (Holm, 1 of
+        1); smallest effect that counts 0; about 5 units would decide it
+
+    A deterministic check shows its units against the threshold; a claim the run could not
+    measure says what would re-make it; a claim recorded before the shared rule says so."""
+    if claim.get("declaration") is None:
+        return "recorded before the shared verdict rule: no per-unit evidence"
+    if claim.get("values") is None:
+        return "not measured" + (f": {claim['to_remake']}" if claim.get("to_remake") else "")
+    unit = claim.get("unit") or "unit"
+    n = claim.get("n") or 0
+    side = "<=" if claim.get("direction") == "less" else ">="
+    if claim.get("comparison") == "check":
+        values = claim["values"]
+        shown = ", ".join(fmt(v) for v in values[:6]) + (", ..." if len(values) > 6 else "")
+        return (f"deterministic check, n = {n}: {shown} (each must be {side} "
+                f"{fmt(claim.get('threshold'))}); no interval")
+    effect, ci = claim.get("effect"), claim.get("ci")
+    beyond = claim.get("threshold") or 0
+    over = (f" over the {'margin' if claim.get('comparison') == 'paired' else 'threshold'} "
+            f"{fmt(beyond)}" if beyond else "")
+    text = f"effect{over} {effect:+.4g}" if effect is not None else "effect -"
+    text += f" [{ci[0]:.4g}, {ci[1]:.4g}] (95% CI)" if ci else " (no interval: one unit)"
+    text += f", n = {n} (unit: {unit})"
+    if claim.get("p") is not None:
+        size = claim.get("family_size") or 1
+        text += f", p = {claim['p']:.3g}" + (f" (Holm, family of {size})" if size > 1 else "")
+    text += f"; smallest effect that counts {fmt(claim.get('minimum_effect'))}"
+    if claim.get("units_to_decide"):
+        text += f"; about {claim['units_to_decide']} units would decide it at this spread"
+    if claim.get("measured_verdict") not in (None, claim.get("verdict")):
+        text += (f"; measured {claim['measured_verdict']} below the smallest budget "
+                 f"({fmt(claim.get('budget'))} of {fmt(claim.get('decidable_at'))} "
+                 f"{claim.get('budget_unit') or ''})").rstrip()
+    return text
+
+
+def criterion(claim: dict[str, Any]) -> str:
+    """The claim's declared criterion in one line: unit, measure, comparison, direction,
+    threshold or margin and the smallest effect, with where that comes from."""
+    if claim.get("declaration") is None:
+        return ""
+    what = {"paired": "paired against the baseline on the same units",
+            "threshold": "against a threshold", "check": "deterministic check"}
+    line = (f"per {claim.get('unit')}: {claim.get('measure')}; "
+            f"{what.get(claim.get('comparison'), claim.get('comparison'))}, "
+            f"{claim.get('direction')}")
+    if claim.get("threshold") is not None:
+        line += f" than {fmt(claim['threshold'])}"
+    line += f"; smallest effect {fmt(claim.get('minimum_effect'))}"
+    if claim.get("minimum_effect_source"):
+        line += f" ({claim['minimum_effect_source']})"
+    if claim.get("family"):
+        line += f"; family {claim['family']}"
+    return line + f"; declaration {claim['declaration']}"

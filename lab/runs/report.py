@@ -23,7 +23,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jinja2
 
-from lab.runs.claims import RESERVED, VERDICTS, claims_of, fmt, headline_of, study_of
+from lab.runs.claims import (
+    RESERVED,
+    VERDICTS,
+    claims_of,
+    criterion,
+    evidence,
+    fmt,
+    headline_of,
+    study_of,
+)
 from lab.runs.records import METRICS_FILE, read_metrics
 
 if TYPE_CHECKING:  # nbconvert and nbformat are imported where a report is written, not by
@@ -64,10 +73,31 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _shown_claims(metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """The declared claims with their numbers formatted as the pages print them."""
-    return [c | {"numbers": {k: fmt(v) for k, v in c["numbers"].items()}}
-            for c in claims_of(metrics)]
+def _shown_claims(metrics: dict[str, Any], run: dict[str, Any] | None = None
+                  ) -> list[dict[str, Any]]:
+    """The declared claims with their numbers formatted as the pages print them, their
+    evidence and criterion in one line each (``lab.runs.claims.evidence``, ``criterion``)
+    and the ``flags`` a reader must see beside the verdict: a criterion declared after a
+    run, a verdict re-derived from an older record, a timing claim not measured alone."""
+    rederived = metrics.get("claims_rederived")
+    before = {c.get("name"): c.get("verdict") for c in metrics.get("claims_as_recorded") or []
+              if isinstance(c, dict)}
+    shown = []
+    for c in claims_of(metrics):
+        flags = []
+        if c.get("declared_after"):
+            flags.append(f"criterion declared after {c['declared_after']}")
+        if isinstance(rederived, dict):
+            was = before.get(c["name"])
+            flags.append(f"re-derived {str(rederived.get('date', ''))[:10]} under the shared "
+                         "rule from this run's recorded numbers"
+                         + (f" (recorded as: {was})" if was and was != c["verdict"] else ""))
+        if c.get("timing") and run is not None and run.get("alone") is not True:
+            flags.append("timed beside other kernels" if run.get("alone") is False
+                         else "timing: not recorded whether the kernel ran alone")
+        shown.append(c | {"numbers": {k: fmt(v) for k, v in c["numbers"].items()},
+                          "evidence": evidence(c), "criterion": criterion(c), "flags": flags})
+    return shown
 
 
 def changed_parameters(run: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -91,7 +121,7 @@ def header(run: dict[str, Any]) -> dict[str, Any]:
     headline = headline_of(metrics)
     shown = {*RESERVED, *headline}
     return run | {
-        "claims": _shown_claims(metrics), "study": study_of(metrics),
+        "claims": _shown_claims(metrics, run), "study": study_of(metrics),
         "headline": {k: fmt(v) for k, v in headline.items()},
         "shown_parameters": {k: _short(v) for k, v in (run.get("parameters") or {}).items()},
         "changed_parameters": changed_parameters(run),
@@ -165,7 +195,7 @@ def load_runs(out: Path) -> list[dict[str, Any]]:
         run |= {"folder": str(folder), "name": folder.name,
                 "href": f"runs/{folder.name}/{REPORT_FILE}" if has_report else None,
                 "metrics_href": f"runs/{folder.name}/{METRICS_FILE}",
-                "claims": _shown_claims(metrics), "study": study_of(metrics),
+                "claims": _shown_claims(metrics, run), "study": study_of(metrics),
                 "headline": {k: fmt(v) for k, v in headline_of(metrics).items()},
                 "preset": _preset(run), "reused_at": reused.get(folder.name),
                 "imported": imported if isinstance(imported, dict) else None,
@@ -236,7 +266,33 @@ def claim_history(runs: list[dict[str, Any]]) -> dict[tuple[str, Scale, str],
         for newer, older in zip(entries, [*entries[1:], None], strict=True):
             changed = older is not None and older["verdict"] != newer["verdict"]
             newer["was"] = older["verdict"] if changed else None
+    changes = criterion_changes(runs)
+    for (notebook, _, name), entries in history.items():
+        for entry in entries:
+            entry["criterion_changed"] = changes.get((notebook, name, entry["run"]["name"]))
     return history
+
+
+def criterion_changes(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
+    """(notebook, claim name, run folder name) -> "criterion changed after the run of DATE"
+    for every ok run whose declaration fingerprint of the claim differs from that of the
+    run of the same claim before it (any scale; runs recorded before the shared rule have
+    no fingerprint and are skipped). Computed from the records alone."""
+    out, last = {}, {}
+    for run in sorted(runs, key=lambda r: r.get("started", "")):
+        if run.get("status") != "ok":
+            continue
+        for claim in run["claims"]:
+            if not claim.get("declaration"):
+                continue
+            key = run.get("notebook", ""), claim["name"]
+            before = last.get(key)
+            if before is not None and before[0] != claim["declaration"]:
+                out[key + (run["name"],)] = (f"criterion changed after the run of "
+                                             f"{before[1]} ({before[0]} -> "
+                                             f"{claim['declaration']})")
+            last[key] = claim["declaration"], (run.get("started") or "")[:10]
+    return out
 
 
 def claim_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -263,7 +319,8 @@ def claim_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for i, claim in enumerate(run["claims"]):
             entries = history[notebook, scale, claim["name"]]
             claims.setdefault((notebook, claim["name"]), []).append(
-                _cell(run, scale, claim) | {"history": entries, "was": entries[0]["was"]})
+                _cell(run, scale, claim) | {"history": entries, "was": entries[0]["was"],
+                                            "criterion_changed": entries[0]["criterion_changed"]})
             position[notebook, claim["name"]] = min(i, position.get((notebook, claim["name"]), i))
     rows = []
     for (notebook, name), cells in claims.items():

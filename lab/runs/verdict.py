@@ -109,6 +109,8 @@ CRITERION = ("name", "unit", "measure", "comparison", "direction", "minimum_effe
 
 def fingerprint(entry: dict[str, Any]) -> str:
     """12 hex digits of the criterion's fields (``CRITERION``) of a declaration or entry."""
+    if isinstance(entry, Declaration):
+        entry = asdict(entry)
     text = json.dumps({k: entry.get(k) for k in CRITERION}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -268,9 +270,12 @@ def mismatches(recorded: list[dict[str, Any]]) -> list[str]:
     inputs = []
     for e in recorded:
         missing = [k for k in (*DECLARED, "values", "declaration") if k not in e]
+        if "declaration" not in e:
+            problems.append(f"{e.get('name', '?')}: recorded before the shared verdict rule (no "
+                            "declaration, no per-unit values); re-derive or re-run it")
+            continue
         if missing:
-            problems.append(f"{e.get('name', '?')}: no {', '.join(missing)} recorded (a claim "
-                            "from before the shared verdict rule; re-derive or re-run it)")
+            problems.append(f"{e['name']}: no {', '.join(missing)} recorded")
             continue
         if fingerprint(e) != e["declaration"]:
             problems.append(f"{e['name']}: declaration fingerprint {e['declaration']} does not "
