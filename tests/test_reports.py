@@ -513,3 +513,17 @@ def test_a_sweeps_trials_add_their_modules_data_and_notebook_to_the_run(tmp_path
     assert record["data"]["/data/table.csv"] == "d" * 64
     assert record["data"]["notebooks/07_a2c.ipynb"] == "n" * 64
     assert "lab/runs/kernel.py" in record["modules"]  # this process's own
+
+
+def test_notebooks_that_time_their_claims_run_alone():
+    from lab.runs.runner import next_to_start, times_its_claims
+    from tests.conftest import ROOT
+
+    a, b, t, u = (Path(f"{x}.ipynb") for x in "abtu")
+    alone = {t, u}
+    assert next_to_start([t, a, b], [], alone) == 0  # nothing runs: the first, even timed
+    assert next_to_start([t, a, b], [a], alone) == 1  # beside a: not t, the next that can
+    assert next_to_start([t, u], [a], alone) is None  # only timed ones left: wait for a
+    assert next_to_start([a, b], [t], alone) is None  # nothing beside a timed one
+    assert next_to_start([], [], alone) is None
+    assert not times_its_claims(ROOT / "notebooks" / "00_quickstart.ipynb")  # no claims

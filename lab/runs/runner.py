@@ -30,8 +30,10 @@ modules and data files its kernel used, which the kernel records itself:
 ``lab.runs.kernel``); otherwise it reuses that run and the index says so. ``force=True``
 (``--force``) runs everything. ``jobs=N`` (``--jobs N``) runs up to N notebooks at once, each
 in a worker process of its own, its kernel limited to its share of the cores
-(:func:`kernel_environment`). Every kernel uses JAX's persistent compilation cache
-(:func:`compile_cache_dir`).
+(:func:`kernel_environment`); a notebook whose experiment declares a timing claim runs with
+no other kernel beside it, on every core (:func:`times_its_claims`; provenance.json records
+``alone``), so that its timing verdicts do not depend on ``--jobs``. Every kernel uses JAX's
+persistent compilation cache (:func:`compile_cache_dir`).
 """
 
 import base64
@@ -58,6 +60,7 @@ from lab.runs.inputs import changed, complete, dependencies_digest, fingerprint,
 from lab.runs.params import Resolution, notebook_presets, resolve
 from lab.runs.provenance import collect, now
 from lab.runs.records import METRICS_FILE, RUN_DIR_ENV, read_metrics
+from lab.runs.rederive import experiment_module
 from lab.runs.report import (
     PROVENANCE_FILE,
     REPORT_FILE,
@@ -321,13 +324,16 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
                  timeout: int | None = None, hide_code: bool = False,
                  progress: bool = True, inputs: dict[str, str] | None = None,
                  resolution: Resolution | None = None,
-                 kernel_env: dict[str, str] | None = None) -> RunResult:
+                 kernel_env: dict[str, str] | None = None, alone: bool = True) -> RunResult:
     """Execute one notebook with ``explicit`` values for its parameters (``raw``: strings
     from ``-r``, taken as they are); see the module doc. ``inputs``: the run's
     :func:`~lab.runs.inputs.fingerprint`, and ``resolution`` its resolved
     parameters, if already known. ``timeout``: seconds one cell may run (None:
     :func:`cell_timeout` of the run's preset). ``kernel_env``: variables for the kernel
-    (:func:`kernel_environment`; None: that of one notebook at a time)."""
+    (:func:`kernel_environment`; None: that of one notebook at a time). ``alone``: whether
+    the runner kept every other kernel off the machine while this one ran (recorded as
+    ``alone`` in provenance.json: the claims' pages mark a timing verdict measured beside
+    other kernels)."""
     kernel_env = kernel_environment() if kernel_env is None else kernel_env
     notebook, out = Path(notebook), Path(out)
     check_notebook(notebook)
@@ -340,7 +346,7 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
     executed = prepare(notebook, resolution, folder / notebook.name, record_inputs=True)
     run = collect(notebook, resolution) | {
         "inputs": inputs or fingerprint(notebook, parameters),
-        "kernel_environment": kernel_env or {},
+        "kernel_environment": kernel_env or {}, "alone": alone,
         "run_dir": str(folder), "status": RUNNING,
         "started": now(), "ended": None, "duration_s": None, "error": None,
     }
@@ -553,6 +559,26 @@ def _slot_cores(slot: int, threads: int, cores: list[int]) -> list[int]:
     return cores[slot * threads:(slot + 1) * threads]
 
 
+def next_to_start(queue: list[Path], running: list[Path], alone: set[Path]) -> int | None:
+    """The index in ``queue`` of the next notebook to start beside ``running`` (None: wait):
+    a notebook in ``alone`` (it times its claims) starts only when nothing runs and nothing
+    starts beside it; the others fill the free slots meanwhile, the queue's order kept, so
+    the ones that run alone come last, one by one."""
+    if any(nb in alone for nb in running):
+        return None
+    return next((i for i, nb in enumerate(queue) if not running or nb not in alone), None)
+
+
+def times_its_claims(notebook: Path) -> bool:
+    """Whether ``notebook``'s experiment declares a timing claim (``timing=True`` in its
+    ``CLAIMS``): ``run_all`` then runs it with no other kernel beside it."""
+    try:
+        module = experiment_module(notebook)
+    except (ValueError, ImportError, OSError, json.JSONDecodeError):
+        return False
+    return any(getattr(c, "timing", False) for c in getattr(module, "CLAIMS", {}).values())
+
+
 def _run_in_worker(plan: "Plan", kwargs: dict, env: dict[str, str],
                    cores: list[int]) -> RunResult:
     """One notebook in a worker process of its own (cwd and environment are per process,
@@ -577,21 +603,31 @@ def _run_side_by_side(to_run: list[tuple[int, "Plan"]], total: int, jobs: int, f
     ensure_kernel()  # once, before the workers look for it
     queue = sorted(to_run, key=lambda kp: -(kp[1].estimate if kp[1].estimate is not None
                                             else float("inf")))
+    alone = {plan.notebook for _, plan in queue if times_its_claims(plan.notebook)}
     free, running, results = list(range(jobs)), {}, []
     pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
                                   max_tasks_per_child=1)
     try:
         while queue or running:
             while queue and free:
-                (k, plan), slot = queue.pop(0), free.pop(0)
+                pick = next_to_start([p.notebook for _, p in queue],
+                                     [p.notebook for _, p, _ in running.values()], alone)
+                if pick is None:
+                    break
+                (k, plan), slot = queue.pop(pick), free.pop(0)
+                by_itself = plan.notebook in alone
                 log(f"[{k}/{total}] {plan.notebook.name}, "
                     f"{_minutes(time.monotonic() - start_time)} elapsed: running "
                     f"({_reason(plan, force)}) "
-                    f"beside {len(running)} other(s); "
-                    f"{_estimate(plan.estimate, [plan] + [p for _, p in queue])}")
-                pinned = _slot_cores(slot, threads, cores) if threads > 1 else []
-                future = pool.submit(_run_in_worker, plan, kwargs | {"progress": False},
-                                     env, pinned)
+                    + ("alone (it times its claims); " if by_itself else
+                       f"beside {len(running)} other(s); ")
+                    + f"{_estimate(plan.estimate, [plan] + [p for _, p in queue])}")
+                pinned = cores if by_itself else (
+                    _slot_cores(slot, threads, cores) if threads > 1 else [])
+                future = pool.submit(
+                    _run_in_worker, plan, kwargs | {"progress": False, "alone": by_itself},
+                    kernel_environment(1, len(cores)) if by_itself else env,
+                    pinned if len(pinned) > 1 else [])
                 running[future] = (k, plan, slot)
             done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
             for future in done:
