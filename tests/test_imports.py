@@ -107,4 +107,10 @@ def test_import_refuses_a_record_without_what_the_reports_need(tmp_path):
     (folder / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(ImportRefused, match="verdict 'mostly', not one of holds"):
         import_runs([folder], out)
+    metrics["claims"][0]["verdict"] = "does not hold"  # a verdict its numbers do not give
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(ImportRefused, match="do not follow from its numbers by the shared rule "
+                       r"\(faster_per_epoch: verdict recorded 'does not hold', recomputed "
+                       "'holds'.*claims rederive"):
+        import_runs([folder], out)
     assert not out.exists()

@@ -34,6 +34,7 @@ from lab.runs.claims import VERDICTS
 from lab.runs.provenance import now
 from lab.runs.records import METRICS_FILE
 from lab.runs.report import IMPORTED_FILE, PROVENANCE_FILE, REPORT_FILE, build_index
+from lab.runs.verdict import mismatches
 
 FINISHED = ("ok", "failed", "interrupted", "pruned")  # the runner's statuses, but running
 RECORDS = (PROVENANCE_FILE, METRICS_FILE)
@@ -108,6 +109,11 @@ def _check_claims(folder: Path, metrics: dict[str, Any]) -> None:
             raise _refused(folder, f"claim {claim['name']!r} has verdict "
                            f"{claim.get('verdict')!r}, not one of {', '.join(VERDICTS)}",
                            "record claims with lab.runs.claims.summary")
+    problems = mismatches(claims)
+    if problems:
+        raise _refused(folder, f"its verdicts do not follow from its numbers by the shared "
+                       f"rule ({problems[0]})", "re-derive it: python -m lab claims rederive "
+                       f"{folder}")
 
 
 def _same_records(a: Path, b: Path) -> bool:
