@@ -201,7 +201,8 @@ def evidence(claim: dict[str, Any]) -> str:
     if claim.get("declaration") is None:
         return "recorded before the shared verdict rule: no per-unit evidence"
     if claim.get("values") is None:
-        return "not measured" + (f": {claim['to_remake']}" if claim.get("to_remake") else "")
+        return "not measured" + (": the record lacks the per-unit numbers"
+                                 if claim.get("to_remake") else "")
     unit = claim.get("unit") or "unit"
     n = claim.get("n") or 0
     side = "<=" if claim.get("direction") == "less" else ">="

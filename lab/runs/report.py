@@ -85,6 +85,8 @@ def _shown_claims(metrics: dict[str, Any], run: dict[str, Any] | None = None
     shown = []
     for c in claims_of(metrics):
         flags = []
+        if c.get("to_remake"):
+            flags.append(f"to re-make: {c['to_remake']}")
         if c.get("declared_after"):
             flags.append(f"criterion declared after {c['declared_after']}")
         if isinstance(rederived, dict):
