@@ -22,12 +22,14 @@ margin (non-inferiority: "HyperTrick's best minus random search's is above -5"):
   the same interval on every machine);
 - **p** = a one-sided sign-flip permutation test that the mean of ``d`` is above 0
   (``scipy.stats.permutation_test``; exact for up to 13 units), Holm-corrected within the
-  family (``statsmodels``);
+  family (``statsmodels``); **p_against** the same test that the mean is below the smallest
+  effect that counts (``minimum_effect - d`` above 0), corrected the same way;
 - **holds**: the corrected p is at most 0.05 *and* the interval's low end is above 0, and
   the effect reaches the smallest effect that counts; **smaller than claimed**: no effect
   is excluded the same way, but the effect falls short of the smallest effect;
-  **does not hold**: the interval's high end is below the smallest effect that counts
-  (the data rule the claimed effect out); **inconclusive**: anything else, with the
+  **does not hold**: the corrected p_against is at most 0.05 *and* the interval's high end
+  is below the smallest effect that counts (the data rule the claimed effect out, as
+  firmly as "holds" needs them to rule out no effect); **inconclusive**: anything else, with the
   number of units that would decide it at the observed spread (80% power for the smallest
   effect, one-sided t-test at the family's corrected level; at least as many as the
   sign-flip test needs to reach that level at all); one unit is always inconclusive;
@@ -36,14 +38,17 @@ margin (non-inferiority: "HyperTrick's best minus random search's is above -5"):
 - **too small to decide here**: the run's budget is below the declared ``decidable_at``
   (the verdict measured stays in ``measured_verdict``); **not tested**: no numbers.
 
-Both conditions guard "no effect": with few units a percentile bootstrap interval is too
+Both conditions guard each side: with few units a percentile bootstrap interval is too
 narrow (three seeds all ahead give an interval above 0, while a sign-flip test of three
-can never go below p = 1/8), so the exact test is the one that can refuse.
+can never go below p = 1/8; two identical units give an interval of zero width), so the
+exact test is the one that can refuse. Neither "holds" nor "does not hold" can come from
+fewer than five units, and a family of k needs more (2^-n <= 0.05 / k).
 """
 
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -208,9 +213,13 @@ def units_to_decide(d: np.ndarray, minimum_effect: float, family_size: int) -> i
     least = math.ceil(math.log2(1 / level))  # 2^-n <= level
     if target == 0 or sd == 0:
         return None
-    n = TTestPower().solve_power(effect_size=target / sd, alpha=level, power=POWER,
-                                 alternative="larger")
-    return max(least, math.ceil(float(n)))
+    with warnings.catch_warnings():  # no solution is an answer here, not a problem
+        warnings.simplefilter("ignore")
+        n = float(TTestPower().solve_power(effect_size=target / sd, alpha=level, power=POWER,
+                                           alternative="larger"))
+    # a large effect over its spread: the solver finds no n (NaN); the sign-flip test's
+    # least is then what decides it
+    return max(least, math.ceil(n)) if math.isfinite(n) else least
 
 
 def _verdict(entry: dict[str, Any], d: np.ndarray, p: float | None) -> str:
@@ -223,29 +232,36 @@ def _verdict(entry: dict[str, Any], d: np.ndarray, p: float | None) -> str:
     low, high = entry["ci"]
     if p is not None and p <= ALPHA and low > 0:
         return HOLDS if entry["effect"] >= entry["minimum_effect"] else SMALLER
-    if high < entry["minimum_effect"]:
+    against = entry.get("p_against")
+    if against is not None and against <= ALPHA and high < entry["minimum_effect"]:
         return FAILS
     return INCONCLUSIVE
 
 
 def decide(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every claim of one run with its verdict and evidence: ``n``, ``effect``, ``ci``,
-    ``p_raw`` and ``p`` (Holm within the family), ``verdict``, ``measured_verdict`` (before
-    the budget rule) and, for an inconclusive claim, ``units_to_decide``."""
+    ``p_raw`` and ``p`` (Holm within the family), ``p_against_raw`` and ``p_against``,
+    ``verdict``, ``measured_verdict`` (before the budget rule) and, for an inconclusive
+    claim, ``units_to_decide``."""
     out = [dict(e) for e in entries]
     diffs = [differences(e) for e in out]
     for e, d in zip(out, diffs, strict=True):
         stat = e["comparison"] != CHECK and d.size >= 2
         e |= {"n": int(d.size), "effect": float(d.mean()) if d.size else None,
               "ci": interval(d) if stat else None,
-              "p_raw": sign_flip_p(d) if stat else None, "p": None}
+              "p_raw": sign_flip_p(d) if stat else None, "p": None,
+              "p_against_raw": sign_flip_p(e["minimum_effect"] - d) if stat else None,
+              "p_against": None}
     families: dict[str, list[int]] = {}
     for i, e in enumerate(out):
         if e["p_raw"] is not None:
             families.setdefault(e.get("family") or f"\0{e['name']}", []).append(i)
     for members in families.values():
-        for i, p in zip(members, holm([out[i]["p_raw"] for i in members]), strict=True):
-            out[i]["p"] = p
+        for key in ("p", "p_against"):
+            corrected = holm([out[i][f"{key}_raw"] for i in members])
+            for i, p in zip(members, corrected, strict=True):
+                out[i][key] = p
+        for i in members:
             out[i]["family_size"] = len(members)
     for e, d in zip(out, diffs, strict=True):
         measured = _verdict(e, d, e["p"])
@@ -259,7 +275,8 @@ def decide(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # what decide() computes: `lab claims verify` recomputes these and compares
-COMPUTED = ("n", "effect", "ci", "p_raw", "p", "measured_verdict", "verdict", "units_to_decide")
+COMPUTED = ("n", "effect", "ci", "p_raw", "p", "p_against_raw", "p_against", "measured_verdict",
+            "verdict", "units_to_decide")
 DECLARED = tuple(f.name for f in fields(Declaration))
 
 
