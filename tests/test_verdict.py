@@ -84,6 +84,12 @@ def test_an_interval_that_rules_out_the_claimed_effect():
     e = one(near_zero, minimum_effect=2.0)
     assert e["ci"][1] < 2.0 and e["verdict"] == FAILS  # the data rule out an effect of 2
     assert one(near_zero, minimum_effect=0.1)["verdict"] == INCONCLUSIVE  # 0.1 not ruled out
+    # ruling the effect out needs the test the other way too: two identical misses (an
+    # interval of zero width) or three seeds all far below decide nothing
+    assert one([0.0, 0.0], minimum_effect=0.5)["verdict"] == INCONCLUSIVE
+    three = one([-5.0, -6.0, -7.0])
+    assert three["ci"][1] < 1.0 and three["p_against"] == 0.125
+    assert three["verdict"] == INCONCLUSIVE
     small = one([0.2, 0.25, 0.3, 0.2, 0.25], minimum_effect=1.0)
     assert small["verdict"] == SMALLER  # clearly above 0, clearly short of 1
 
