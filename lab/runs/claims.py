@@ -26,7 +26,6 @@ The run report (``report.html``), the index and the claims dashboard (``claims.h
 these entries; ``python -m lab claims verify`` recomputes the verdicts from them alone.
 """
 
-from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from lab.runs.verdict import (
@@ -62,75 +61,18 @@ def declarations(*claims: Declaration) -> dict[str, Declaration]:
     return {c.name: c for c in claims}
 
 
-@dataclass(frozen=True)
-class Claim:
-    """One claim of a paper as a run measured it."""
-
-    name: str  # short and stable: it names the claim across runs, e.g. "faster_per_epoch"
-    statement: str  # what the paper claims, in one sentence
-    verdict: str  # one of VERDICTS
-    numbers: dict[str, Any] = field(default_factory=dict)  # the figures behind the verdict
-
-    def __post_init__(self):
-        if self.verdict not in (*VERDICTS, WEAKLY):
-            raise ValueError(f"claim {self.name!r}: verdict {self.verdict!r} is not one of "
-                             f"{', '.join(VERDICTS)}")
-
-
-def verdict_of(held: bool | None, *, weakly: bool = False) -> str:
-    """``held`` as a verdict: None is "not tested"; a claim that held only by a margin the
-    notebook calls weak (inside the spread between seeds, on the mean but not every seed)
-    is "weakly"."""
-    if held is None:
-        return UNTESTED
-    if not held:
-        return FAILS
-    return WEAKLY if weakly else HOLDS
-
-
-def decidable(claim: Claim, *, budget: int, smallest: int | None, unit: str) -> Claim:
-    """``claim`` as a run of ``budget`` can state it, given the ``smallest`` budget at which
-    the notebook declared, before the run, that the claim can be decided (None: no such
-    declaration; the claim unchanged).
-
-    Below that budget the verdict is "too small to decide here", whatever was measured: a
-    run that has not got as far as the claim needs says nothing for or against it (the
-    usual case is a CPU default run that "does not hold" only because it is short). The
-    measured verdict stays in the numbers, beside the two budgets. A claim the run did not
-    test keeps "not tested", and every claim at or above the budget keeps its verdict:
-
-        decidable(Claim("solves", "...", FAILS), budget=3_000, smallest=11_000,
-                  unit="environment steps")
-        -> Claim("solves", "...", TOO_SMALL, {"measured verdict": "does not hold",
-                 "smallest budget to decide": "11,000 environment steps",
-                 "this run's budget": "3,000 environment steps"})
-    """
-    if smallest is None or budget >= smallest or claim.verdict == UNTESTED:
-        return claim
-    return replace(claim, verdict=TOO_SMALL, numbers=claim.numbers | {
-        "measured verdict": claim.verdict,
-        "smallest budget to decide": f"{smallest:,} {unit}",
-        "this run's budget": f"{budget:,} {unit}"})
-
-
 def summary(*, paper: str, measured: str, paper_setting: str = "",
             claims: list[dict[str, Any]] = (), headline: list[str] = ()) -> dict[str, Any]:
     """The reserved entries of ``metrics.json`` for ``record(**summary(...))``; see the
     module docstring. ``claims`` are ``judge(...)``'s entries; each gets its verdict here,
     the family's p-values corrected together."""
-    names = [c["name"] if isinstance(c, dict) else c.name for c in claims]
+    names = [c["name"] for c in claims]
     if len(set(names)) != len(names):
         raise ValueError(f"claim names repeat: {names}; give each claim its own name")
-    judged = [c for c in claims if isinstance(c, dict)]
-    decided = iter(decide(judged))
-    entries = []
-    for c in claims:  # a legacy Claim (a module not yet on the shared rule) as it was
-        entries.append(next(decided) if isinstance(c, dict) else
-                       asdict(c) | {"numbers": [[k, v] for k, v in c.numbers.items()]})
-    # numbers as [label, value] pairs: metrics.json is written with sorted keys, and the
-    # order of the numbers is part of how they read ("ProxProp 0.29; BackProp 0.41")
+    # judge() keeps the numbers as [label, value] pairs: metrics.json is written with sorted
+    # keys, and the order of the numbers is part of how they read ("ProxProp 0.29; ...")
     return {"study": {"paper": paper, "measured": measured, "paper_setting": paper_setting},
-            "claims": entries, "headline": list(headline)}
+            "claims": decide(list(claims)), "headline": list(headline)}
 
 
 def plural(n: int, word: str) -> str:

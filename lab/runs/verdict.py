@@ -48,7 +48,6 @@ fewer than five units, and a family of k needs more (2^-n <= 0.05 / k).
 import hashlib
 import json
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -213,13 +212,13 @@ def units_to_decide(d: np.ndarray, minimum_effect: float, family_size: int) -> i
     least = math.ceil(math.log2(1 / level))  # 2^-n <= level
     if target == 0 or sd == 0:
         return None
-    with warnings.catch_warnings():  # no solution is an answer here, not a problem
-        warnings.simplefilter("ignore")
-        n = float(TTestPower().solve_power(effect_size=target / sd, alpha=level, power=POWER,
-                                           alternative="larger"))
-    # a large effect over its spread: the solver finds no n (NaN); the sign-flip test's
-    # least is then what decides it
-    return max(least, math.ceil(n)) if math.isfinite(n) else least
+    # the t-test's power at every n up to 10,000 (statsmodels' root finder fails on large
+    # effects over small spreads; the first n that reaches the power is the answer)
+    sizes = np.arange(2, 10_001)
+    power = TTestPower().power(effect_size=target / sd, nobs=sizes, alpha=level,
+                               alternative="larger")
+    enough = np.flatnonzero(power >= POWER)
+    return max(least, int(sizes[enough[0]])) if enough.size else None
 
 
 def _verdict(entry: dict[str, Any], d: np.ndarray, p: float | None) -> str:
