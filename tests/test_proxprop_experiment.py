@@ -1,4 +1,4 @@
-"""The reproduction's bookkeeping: presets, divergence, tuning and the verdict."""
+"""The reproduction's bookkeeping: presets, divergence, tuning and the claims' verdicts."""
 
 import json
 from dataclasses import replace
@@ -18,13 +18,17 @@ from lab.experiments.proxprop import (
     curves,
     describe,
     diverged,
+    rederive,
     side_by_side,
+    summary,
     tuned_index,
     verdict,
 )
 from lab.models import mlp
 from lab.optim import ProxProp, value_and_direction
+from lab.runs.claims import FAILS, HOLDS, INCONCLUSIVE, UNTESTED
 from lab.runs.params import notebook_parameters
+from lab.runs.verdict import mismatches
 from lab.train import cross_entropy
 from lab.train.proxprop import (
     Curves,
@@ -65,24 +69,92 @@ def test_verdict_counts_epochs_and_rescued_step_sizes():
     v = verdict(Comparison(lrs, backprop, {"exact": proxprop}, {"BackProp": 1.0, "exact": 2.0}),
                 early_epoch=1)
     assert v["backprop_tuned_lr"] == 0.1 and v["proxprop_tuned_lr"] == 1.0
-    assert v["epochs_proxprop_lower"] == 2 and v["claim_faster_per_epoch"]
-    assert v["lrs_only_backprop_diverges"] == [1.0] and v["claim_stable_where_backprop_diverges"]
+    assert v["epochs_proxprop_lower"] == 2
+    assert v["lrs_only_backprop_diverges"] == [1.0]
     assert v["proxprop_train_loss_epoch1"] == 0.5 and v["backprop_final_train_loss"] == 0.5
+    # the claims' units: each seed's curve at the tuned step sizes
+    assert v["backprop_train_loss_by_seed"] == [[2, 1.0, 0.5]]
+    assert v["proxprop_train_loss_by_seed"] == [[2, 0.5, 0.2]]
+    assert v["proxprop_trained_where_backprop_diverged_by_seed"] == [1.0]
+    assert not any(k.startswith("claim_") for k in v)
 
 
-def test_verdict_reports_a_claim_that_does_not_hold():
+def test_verdict_records_where_robustness_was_not_tested_or_failed():
     lrs = np.array([0.1])
     backprop = _curves([[[2, 0.5, 0.1]]])
     proxprop = _curves([[[2, 0.8, 0.05]]])
     v = verdict(Comparison(lrs, backprop, {"cg3": proxprop}, {"BackProp": 1.0, "cg3": 1.0}))
-    assert v["epochs_proxprop_lower"] == 1 and not v["claim_faster_per_epoch"]
+    assert v["epochs_proxprop_lower"] == 1
     # BackProp diverged nowhere: robustness was not tested, which is not the same as failed
-    assert v["claim_stable_where_backprop_diverges"] is None
-    backprop = _curves([[[2, 0.5, 0.1], [2, np.nan, np.nan]]])
-    proxprop = _curves([[[2, 0.8, 0.05], [2, np.nan, np.nan]]])
+    assert v["proxprop_trained_where_backprop_diverged_by_seed"] is None
+    backprop = _curves([[[2, 0.5, 0.1], [2, np.nan, np.nan]], [[2, 0.5, 0.1], [2, 1, 3.0]]])
+    proxprop = _curves([[[2, 0.8, 0.05], [2, np.nan, np.nan]], [[2, 0.8, 0.05], [2, 1, 0.5]]])
     v = verdict(Comparison(np.array([0.1, 1.0]), backprop, {"cg3": proxprop},
                            {"BackProp": 1.0, "cg3": 1.0}))
-    assert v["claim_stable_where_backprop_diverges"] is False  # both diverged at 1.0
+    # both diverged at 1.0 on seed 0; on seed 1 only BackProp did
+    assert v["proxprop_trained_where_backprop_diverged_by_seed"] == [0.0, 1.0]
+
+
+def _seeds(gain: list[float]) -> Curves:
+    """BackProp at loss 1 after each epoch; ProxProp lower by ``gain[s]`` on seed ``s``; one
+    step size, two epochs."""
+    return [[[2.0, 1.0, 1.0]] for _ in gain], [[[2.0, 1 - g, 1 - g]] for g in gain]
+
+
+@pytest.mark.parametrize("gain, expected", [
+    ([0.5] * 6, HOLDS),  # every seed half BackProp's loss: p = 1/64
+    ([0.5] * 3, INCONCLUSIVE),  # 3 seeds: a sign-flip test cannot go below 1/8
+    ([0.5, 0.4, -0.3, 0.6, -0.2, 0.5], INCONCLUSIVE),  # a sign flip on two seeds
+    ([-0.5, -0.3, -0.4], FAILS),  # ProxProp behind on every seed: the interval is below 0.1
+])
+def test_summary_decides_faster_per_epoch_from_the_per_seed_losses(gain, expected):
+    bp, pp = _seeds(gain)
+    result = Comparison(np.array([0.1]), _curves(bp), {"exact": _curves(pp)},
+                        {"BackProp": 1.0, "exact": 1.0})
+    setup = configure(**DEFAULTS | {"seeds": len(gain)})
+    claims = {c["name"]: c for c in summary(verdict(result), setup)["claims"]}
+    faster = claims["faster_per_epoch_exact"]
+    assert faster["verdict"] == expected and faster["n"] == len(gain)
+    np.testing.assert_allclose(faster["effect"], np.mean(gain))
+    assert faster["family"] == "faster_per_epoch" and faster["comparison"] == "threshold"
+    stable = claims["stable_where_backprop_diverges_exact"]  # one step size: nothing diverged
+    assert stable["verdict"] == UNTESTED and "widen lr_grid" in stable["to_remake"]
+    assert mismatches(list(claims.values())) == []
+
+
+def test_each_solver_has_its_own_claims_corrected_together():
+    bp, pp = _seeds([0.5] * 6)
+    result = Comparison(np.array([0.1]), _curves(bp), {"exact": _curves(pp), "cg3": _curves(pp)},
+                        {"BackProp": 1.0, "exact": 1.0, "cg3": 1.0})
+    setup = configure(**DEFAULTS | {"seeds": 6, "more_solvers": ["cg3"]})
+    claims = {c["name"]: c for c in summary(verdict(result), setup)["claims"]}
+    assert list(claims) == ["faster_per_epoch_exact", "stable_where_backprop_diverges_exact",
+                            "faster_per_epoch_cg3", "stable_where_backprop_diverges_cg3"]
+    exact, cg3 = claims["faster_per_epoch_exact"], claims["faster_per_epoch_cg3"]
+    assert exact["family_size"] == cg3["family_size"] == 2
+    assert exact["p_raw"] == 1 / 64 and exact["p"] == cg3["p"] == 2 / 64  # Holm over two
+    assert exact["verdict"] == cg3["verdict"] == HOLDS
+
+
+def test_configure_refuses_a_solver_without_declared_claims():
+    with pytest.raises(ValueError, match="solver 'cg7' has no declared claims"):
+        configure(**DEFAULTS | {"more_solvers": ["cg7"]})
+
+
+def test_rederive_judges_an_old_record_from_what_it_has():
+    old = {"solvers": ["exact"], "lrs": [0.05, 1.0], "by_solver": {"exact": {
+        "epochs_proxprop_lower": 4, "epochs": 4, "proxprop_train_loss_epoch4": 0.19,
+        "backprop_train_loss_epoch4": 0.43, "proxprop_final_train_loss": 0.19,
+        "backprop_final_train_loss": 0.43, "backprop_diverged_lrs": [1.0],
+        "proxprop_diverged_lrs": [], "lrs_only_backprop_diverges": [1.0],
+        "claim_faster_per_epoch": True, "claim_stable_where_backprop_diverges": True}}}
+    claims = {c["name"]: c for c in rederive(old, DEFAULTS | {"seeds": 3, "epochs": 4})["claims"]}
+    faster = claims["faster_per_epoch_exact"]
+    assert faster["verdict"] == UNTESTED and "re-run -p preset default" in faster["to_remake"]
+    # ProxProp diverged on no seed where BackProp did: every seed trained there
+    stable = claims["stable_where_backprop_diverges_exact"]
+    assert stable["values"] == [1.0, 1.0, 1.0] and stable["verdict"] == INCONCLUSIVE
+    assert stable["p"] == 1 / 8
 
 
 def test_configure_refuses_an_unknown_preset():
@@ -149,20 +221,20 @@ def test_as_inputs_shapes_images_for_each_arch():
 
 def test_compare_trains_backprop_and_each_solver_over_the_same_grid():
     setup = configure(**DEFAULTS | {"dataset": "iris", "batch_size": 30, "seeds": 1,
-                                    "solver": "cg1", "more_solvers": ["colcg2"],
+                                    "solver": "cg3", "more_solvers": ["colcg3"],
                                     "lr_grid": [0.1], "epochs": 1})
     x, y = load("iris", "train")
     data = (x, y, x, y)
     result = compare(setup, data)
-    assert list(result.proxprop) == ["cg1", "colcg2"] and result.solver == "cg1"
-    assert set(result.seconds_per_epoch) == {"BackProp", "cg1", "colcg2"}
+    assert list(result.proxprop) == ["cg3", "colcg3"] and result.solver == "cg3"
+    assert set(result.seconds_per_epoch) == {"BackProp", "cg3", "colcg3"}
     assert all(s > 0 for s in result.seconds_per_epoch.values())
     key = jax.random.split(jax.random.key(0), 1)[0]  # train_grid's first seed
-    alone = make_train(replace(setup.config, solver="colcg2"), *data)(key, setup.lrs[1])
-    np.testing.assert_allclose(result.proxprop["colcg2"].train_loss[0, 1], alone.train_loss,
+    alone = make_train(replace(setup.config, solver="colcg3"), *data)(key, setup.lrs[1])
+    np.testing.assert_allclose(result.proxprop["colcg3"].train_loss[0, 1], alone.train_loss,
                                rtol=1e-5)
-    assert not np.allclose(result.proxprop["colcg2"].train_loss,
-                           result.proxprop["cg1"].train_loss)
+    assert not np.allclose(result.proxprop["colcg3"].train_loss,
+                           result.proxprop["cg3"].train_loss)
 
 
 def test_train_grid_matches_single_runs_and_gradient_solver_is_backprop():
@@ -202,13 +274,16 @@ def test_describe_states_each_verdict_with_its_numbers():
     result = Comparison(lrs, backprop, {"exact": proxprop, "cg3": slow},
                         {"BackProp": 1.0, "exact": 2.0, "cg3": 1.5})
     metrics = verdict(result, early_epoch=1)
-    text = " ".join(describe(metrics, configure(**DEFAULTS | {"more_solvers": ["cg3"]}),
+    text = " ".join(describe(metrics, configure(**DEFAULTS | {"more_solvers": ["cg3"], "seeds": 1}),
                              early_epoch=1).split())
-    assert "Faster per epoch: holds" in text and "Stable where BackProp diverges: holds" in text
+    # one seed: the shared rule cannot decide (n = 1), and says so with the effect
+    assert "ProxProp (exact), faster per epoch: inconclusive: 0.533, n = 1" in text
+    assert "ProxProp (cg3), faster per epoch: inconclusive: -0.133, n = 1" in text
+    assert "ProxProp (exact), stable where BackProp diverges: inconclusive: 1, n = 1" in text
     assert "after epoch 1 0.5 against 1," in text and "losses were [0.2]" in text
+    assert "lower than BackProp's after 1 of 2 epochs" in text
     assert "ProxProp (exact, 2.00x)" in text and "ProxProp (cg3, 1.50x)" in text
-    assert ("ProxProp with cg3**, against the same BackProp runs: tuned step size 1, lower "
-            "than BackProp after 1 of 2 epochs (faster per epoch: does not hold)") in text
+    assert "weakly" not in text
     assert metrics["by_solver"]["cg3"]["proxprop_final_train_loss"] == 0.8
     assert metrics["proxprop_final_train_loss"] == 0.2 and metrics["solvers"] == ["exact", "cg3"]
     assert metrics["seconds_per_epoch_by_solver"] == {"exact": 2.0, "cg3": 1.5}

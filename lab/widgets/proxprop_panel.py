@@ -21,8 +21,9 @@ from lab.train.proxprop import ARCHS, OPTIMIZERS
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel
 
-SOLVERS = ("exact", "cg1", "cg3", "cg5", "cg10", "colcg3", "colcg10")
-"""ProxProp solvers offered (any ``cgK`` or ``colcgK`` works in code)."""
+SOLVERS = experiment.SOLVERS
+"""ProxProp solvers offered: those whose claims the experiment declares (``configure``
+refuses others)."""
 CONTROLS = (
     Control("arch", str, options=ARCHS),
     Control("solver", str, options=SOLVERS),
