@@ -1,25 +1,31 @@
 """The VS-ML reproduction: meta-train on digits (or MNIST), meta-test on tasks never seen.
 
-Claims (Kirsch & Schmidhuber 2021), measured over several meta-training seeds:
+Claims (Kirsch & Schmidhuber 2021), declared once in ``CLAIMS`` and judged by the shared
+rule (``lab.runs.verdict``) on per-seed numbers, one meta-training seed per unit:
 (1) meta-trained on digits, VS-ML learns online on each unseen task well above chance
-    (here: mean online accuracy at least chance + 0.1);
-(2) early in the stream (the first ``test_steps`` examples) it beats online SGD and Adam
-    whose step sizes were tuned on the meta-training tasks;
-(3) it generalises to the unseen tasks better than a Meta-RNN meta-trained the same way.
+    (``above_chance_<task>``: mean online accuracy minus chance, at least 0.1; the tasks
+    one family);
+(2) early in the stream (the first ``test_steps`` examples) it is ahead of online SGD and
+    Adam whose step sizes were tuned on the meta-training tasks
+    (``beats_sgd_and_adam_early_<task>``, paired with the best tuned baseline; one family);
+(3) it generalises to the unseen tasks better than a Meta-RNN meta-trained the same way
+    (``generalises_better_than_meta_rnn``, paired by seed).
 
 The ``mnist`` preset is the paper's transfer experiment: meta-trained on MNIST
 (``mnist_5k``'s training split), meta-tested on its held-out test split and on
-Fashion-MNIST, a dataset it never saw (:func:`transfer_verdict`): (a) VS-ML's learned
-algorithm transfers to Fashion-MNIST (at least chance + 0.1); (b) the Meta-RNN does worse
-there than on held-out MNIST, and (c) worse than VS-ML there.
+Fashion-MNIST, a dataset it never saw (:func:`transfer_verdict`'s numbers; one family):
+(a) VS-ML's learned algorithm transfers to Fashion-MNIST (``vsml_transfers``: at least
+chance + 0.1); (b) the Meta-RNN does worse there than on held-out MNIST
+(``meta_rnn_worse_on_unseen``), and (c) worse than VS-ML there
+(``meta_rnn_worse_than_vsml_on_unseen``).
 
 The ``mnist_fixed`` preset is the same transfer experiment on the authors' kind of task
 (their ``configs/default.yaml``): ``fixed_tasks``, the dataset itself as the task, its own
 pixels and its own ten labels, no projection and no relabelling, which is what a Meta-RNN
 can overfit to; the Meta-RNN's meta step size is swept (``meta_rnn_lrs``) and one is chosen
 by its online cross-entropy on validation images of MNIST's train split kept out of
-meta-training (:func:`choose_step_size`), with the verdicts reported for every step size
-(:func:`sweep_verdict`).
+meta-training (:func:`choose_step_size`), with the transfer claims judged again at every
+step size for the conclusions' table (:func:`sweep_verdict`'s numbers).
 
 With ``devices`` above 1, meta-training (of VS-ML and of the Meta-RNN) is split over that
 many devices with ``lab.parallel``: the ES population (a multiple of ``devices``) or, for
@@ -46,10 +52,20 @@ from lab.data import DATASETS, FixedTaskSource, TaskSource, is_cached, load
 from lab.experiments import vsml_backprop
 from lab.models.meta_rnn import MetaRNN
 from lab.models.vsml import VSMLNetwork, online_loss
-from lab.runs.claims import Claim, plural, verdict_of
+from lab.runs.claims import (
+    GREATER,
+    LESS,
+    PAIRED,
+    THRESHOLD,
+    Declaration,
+    declarations,
+    judge,
+    plural,
+)
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.runs.provenance import now
+from lab.runs.verdict import decide
 from lab.train import checkpoint
 from lab.train.online import make_online_learner
 from lab.train.vsml import MetaConfig, make_meta_train
@@ -589,55 +605,38 @@ def _tuning_losses(learner, source: TaskSource, key: jax.Array, episodes: int) -
 
 def verdict(curves: dict[str, dict[str, np.ndarray]], chances: dict[str, float],
             seen: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The three claims' numbers. ``curves[task][learner]``: accuracy per step, (seeds, T)
-    for the meta-learners and (T,) for the baselines. Control tasks (``random_labels``:
-    nothing to learn) and ``seen`` ones (held-out examples of the meta-training dataset)
-    are reported but left out of the claims, which are about unseen tasks."""
+    """The claims' per-seed numbers (:func:`summary` judges them). ``curves[task][learner]``:
+    accuracy per step, (seeds, T) for the meta-learners and (T,) for the baselines. Per task:
+    each learner's mean online accuracy (``<task>_<learner>_accuracy``), the meta-learners'
+    per seed (``..._accuracy_per_seed``) and chance. Control tasks (``random_labels``:
+    nothing to learn) and ``seen`` ones (held-out examples of the meta-training dataset) are
+    reported but left out of the means over tasks and of the claims, which are about unseen
+    tasks."""
     out: dict[str, Any] = {}
-    above, beats_baselines, beats_rnn = [], [], []
     tasks = [t for t in curves if t not in CONTROLS and t not in seen]
     for task, by_learner in curves.items():
-        score = {name: float(np.mean(c)) for name, c in by_learner.items()}
-        for name, value in score.items():
-            out[f"{task}_{name}_accuracy"] = value
+        for name, c in by_learner.items():
+            out[f"{task}_{name}_accuracy"] = float(np.mean(c))
         for name in LEARNERS:
             out[f"{task}_{name}_accuracy_per_seed"] = np.mean(by_learner[name], -1).tolist()
         out[f"{task}_chance"] = chances[task]
-        if task in CONTROLS or task in seen:
-            continue
-        above.append(score["vsml"] >= chances[task] + ABOVE_CHANCE)
-        beats_baselines.append(score["vsml"] > max(score[b] for b in BASELINES))
-        beats_rnn.append(score["vsml"] > score["meta_rnn"])
-    out["tasks_vsml_above_chance"] = [t for t, ok in zip(tasks, above, strict=True) if ok]
-    out["tasks_vsml_beats_baselines"] = [t for t, ok in zip(tasks, beats_baselines, strict=True)
-                                         if ok]
-    out["tasks_vsml_beats_meta_rnn"] = [t for t, ok in zip(tasks, beats_rnn, strict=True) if ok]
     for name in LEARNERS:
         out[f"mean_{name}_accuracy"] = (float(np.mean([out[f"{t}_{name}_accuracy"] for t in tasks]))
                                         if tasks else float("nan"))
-    out["claim_above_chance_on_every_task"] = all(above)
-    out["claim_beats_sgd_and_adam_early"] = all(beats_baselines)
-    out["claim_generalises_better_than_meta_rnn"] = (
-        out["mean_vsml_accuracy"] > out["mean_meta_rnn_accuracy"])
     return out
 
 
 def transfer_verdict(curves: dict[str, dict[str, np.ndarray]], chances: dict[str, float],
                      meta_dataset: str) -> dict[str, Any]:
-    """The transfer claims, from the same curves as :func:`verdict`, when the meta-training
-    dataset was meta-tested on held-out examples (``curves[meta_dataset]``) beside unseen
-    datasets (every other learnable task); {} otherwise. Each claim must hold on every
-    unseen dataset, judged on the mean over seeds of the mean online accuracy:
-
-    - ``claim_vsml_transfers``: VS-ML is at least chance + ``ABOVE_CHANCE`` there;
-    - ``claim_meta_rnn_worse_on_unseen``: the Meta-RNN is below its own accuracy on the
-      held-out examples of the meta-training dataset;
-    - ``claim_meta_rnn_worse_than_vsml_on_unseen``: the Meta-RNN is below VS-ML there.
-
-    Also per unseen dataset, for each learner and the best tuned baseline, the drop from
-    the held-out meta-training dataset (``drop_<task>_<learner>``): how much harder the
-    dataset is for a learner that was never meta-trained (the baselines) against the two
-    meta-learners, and how many seeds meet each claim (``seeds_...``)."""
+    """The transfer experiment's numbers, from the same curves as :func:`verdict`, when the
+    meta-training dataset was meta-tested on held-out examples (``curves[meta_dataset]``)
+    beside unseen datasets (every other learnable task); {} otherwise: which dataset was
+    seen and which were not (``transfer_seen``, ``transfer_unseen``), per unseen dataset
+    how many seeds have VS-ML at least chance + ``ABOVE_CHANCE`` and the Meta-RNN below its
+    held-out accuracy (``seeds_...``), and for each learner and the best tuned baseline the
+    drop from the held-out meta-training dataset (``drop_<task>_<learner>``): how much
+    harder the dataset is for a learner that was never meta-trained (the baselines) against
+    the two meta-learners. The claims themselves are judged by :func:`summary`."""
     unseen = [t for t in curves if t != meta_dataset and t not in CONTROLS]
     if meta_dataset not in curves or not unseen:
         return {}
@@ -649,22 +648,15 @@ def transfer_verdict(curves: dict[str, dict[str, np.ndarray]], chances: dict[str
         return max(float(np.mean(curves[task][b])) for b in BASELINES)
 
     out: dict[str, Any] = {"transfer_seen": meta_dataset, "transfer_unseen": unseen}
-    transfers, worse_unseen, worse_than_vsml = [], [], []
     for task in unseen:
         vsml, rnn = per_seed(task, "vsml"), per_seed(task, "meta_rnn")
-        rnn_seen = per_seed(meta_dataset, "meta_rnn")
-        transfers.append(vsml.mean() >= chances[task] + ABOVE_CHANCE)
-        worse_unseen.append(rnn.mean() < rnn_seen.mean())
-        worse_than_vsml.append(rnn.mean() < vsml.mean())
         out[f"seeds_vsml_transfers_to_{task}"] = int(np.sum(vsml >= chances[task] + ABOVE_CHANCE))
-        out[f"seeds_meta_rnn_worse_on_{task}"] = int(np.sum(rnn < rnn_seen))
+        out[f"seeds_meta_rnn_worse_on_{task}"] = int(np.sum(rnn < per_seed(meta_dataset,
+                                                                          "meta_rnn")))
         for name in LEARNERS:
             out[f"drop_{task}_{name}"] = float(per_seed(meta_dataset, name).mean()
                                                - per_seed(task, name).mean())
         out[f"drop_{task}_best_baseline"] = best_baseline(meta_dataset) - best_baseline(task)
-    out["claim_vsml_transfers"] = all(transfers)
-    out["claim_meta_rnn_worse_on_unseen"] = all(worse_unseen)
-    out["claim_meta_rnn_worse_than_vsml_on_unseen"] = all(worse_than_vsml)
     return out
 
 
@@ -688,27 +680,23 @@ def final_loss(runs: list[np.ndarray]) -> float:
 
 
 def sweep_verdict(sweep: dict[float, dict[str, np.ndarray]],
-                  curves: dict[str, dict[str, np.ndarray]], chances: dict[str, float],
-                  meta_dataset: str, losses: dict[float, list[np.ndarray]],
+                  losses: dict[float, list[np.ndarray]],
                   validation: dict[float, list[float]]) -> dict[str, Any]:
-    """:func:`transfer_verdict` once per swept Meta-RNN step size, the Meta-RNN's curves
-    replaced by that step size's (``sweep[lr][task]``, (seeds, T)); VS-ML and the baselines
-    as in ``curves``. Returns ``meta_rnn_sweep`` (per step size, as a string: its final
-    meta-training loss, validation loss, accuracy per seed on each task and the three
-    transfer claims) and ``meta_rnn_lr_chosen`` (:func:`choose_step_size` of
-    ``validation``); {} when nothing was swept."""
+    """The numbers of every swept Meta-RNN step size (``sweep[lr][task]``, (seeds, T)):
+    ``meta_rnn_sweep`` (per step size, keyed by it as a string: its final meta-training
+    loss, validation loss and accuracy per seed on each task) and ``meta_rnn_lr_chosen``
+    (:func:`choose_step_size` of ``validation``); {} when nothing was swept. The transfer
+    claims at each step size are judged from these by :func:`describe`, for the table;
+    the recorded claims use the chosen one."""
     if len(sweep) < 2:
         return {}
     out = {}
     for lr, by_task in sweep.items():
-        swapped = {task: curves[task] | {"meta_rnn": by_task[task]} for task in curves}
-        verdict = transfer_verdict(swapped, chances, meta_dataset)
         out[f"{lr:g}"] = {
             "meta_loss_end": final_loss(losses[lr]),
             "validation_loss": float(np.mean(validation[lr])),
             **{f"{task}_accuracy_per_seed": np.mean(by_task[task], -1).tolist()
-               for task in by_task},
-            **{k: v for k, v in verdict.items() if k.startswith("claim_")}}
+               for task in by_task}}
     return {"meta_rnn_sweep": out, "meta_rnn_lr_chosen": choose_step_size(validation)}
 
 
@@ -721,51 +709,167 @@ PAPER_SETTING = (
     "labels are never permuted); meta-tested online on 2,000-image episodes of the test "
     "splits of MNIST and of unseen datasets such as Fashion-MNIST")
 
+# --- the claims, declared once (lab.runs.verdict) -----------------------------------------
+# The unit is a meta-training seed: each seed meta-trains its own VS-ML (and Meta-RNN) and is
+# meta-tested on the same episodes of each task. The tuned SGD/Adam baselines are not
+# meta-trained; their mean online accuracy on those episodes is the same for every seed. The
+# criteria below were chosen 2026-11-27 with the shared verdict rule (issue 55), after the
+# 2026-11-23 `mnist` and 2026-11-26 `mnist_fixed` runs were known; the margin of 0.1 above
+# chance is the notebook's earlier "at least chance + 0.1", written before those runs.
+ABSTRACT = ("It can even meta learn new LAs that differ from online backpropagation and "
+            "generalize to datasets outside of the meta training distribution without "
+            "explicit gradient calculation.")
+AFTER = ("chosen 2026-11-27 with the shared verdict rule, after the 2026-11-23 mnist and "
+         "2026-11-26 mnist_fixed runs")
+ACCURACY = "mean online accuracy over the first test_steps examples of test_episodes episodes"
+STEP = 0.02  # the smallest difference in mean online accuracy that counts as "ahead"
+STEP_SOURCE = ("stated: 2 points of mean online accuracy, about twice the standard error of "
+               "one learner's mean over 32 episodes of 100 predictions (0.5 / sqrt(3,200) = "
+               "0.009); the paper reports accuracy curves, no margin")
+ABOVE_SOURCE = ("stated before the runs: at least chance + 0.1 (the notebook's criterion since "
+                "the first run); the paper reports accuracies far above chance, no margin")
+CLAIMABLE = tuple(t for t in DATASETS if t not in CONTROLS)  # the tasks a claim can be about
+
+
+def _per_task(task: str) -> tuple[Declaration, Declaration]:
+    return (
+        Declaration(
+            name=f"above_chance_{task}",
+            statement=f"VS-ML meta-trained on another dataset learns {task} online, well above "
+                      "chance",
+            quote=ABSTRACT, source="Abstract (Sec. 4.2-4.4, Figures 6-8)",
+            unit="meta-training seed",
+            measure=f"VS-ML's {ACCURACY} on {task}, minus chance (1 / classes)",
+            comparison=THRESHOLD, direction=GREATER, threshold=0.0,
+            minimum_effect=ABOVE_CHANCE, minimum_effect_source=ABOVE_SOURCE,
+            family="above_chance", declared_after=AFTER),
+        Declaration(
+            name=f"beats_sgd_and_adam_early_{task}",
+            statement=f"Early in the stream VS-ML is ahead on {task} of the best of online SGD "
+                      "and Adam (linear and one hidden layer) with step sizes tuned on the "
+                      "meta-training dataset",
+            quote="(not found in the stored text of the paper) Sec. 4.2, Figure 6: the meta "
+                  "learned algorithm learns faster than online SGD and Adam at the start of "
+                  "the stream",
+            source="Sec. 4.2, Figure 6", unit="meta-training seed",
+            measure=f"VS-ML's {ACCURACY} on {task} minus the best tuned baseline's on the same "
+                    "episodes (the baseline's, being not meta-trained, is the same for every "
+                    "seed)",
+            comparison=PAIRED, direction=GREATER, minimum_effect=STEP,
+            minimum_effect_source=STEP_SOURCE, family="beats_sgd_and_adam_early",
+            declared_after=AFTER))
+
+
+CLAIMS = declarations(
+    *(d for task in CLAIMABLE for d in _per_task(task)),
+    Declaration(
+        name="generalises_better_than_meta_rnn",
+        statement="VS-ML generalises to the unseen tasks better than a Meta-RNN (an LSTM "
+                  "learner) meta-trained the same way",
+        quote="(not found in the stored text of the paper) Sec. 4.4, Figure 8: the Meta RNN "
+              "overfits the meta-training dataset, where VS-ML generalises to unseen ones",
+        source="Sec. 4.4, Figure 8", unit="meta-training seed (VS-ML and Meta-RNN of the same "
+                                          "seed)",
+        measure=f"{ACCURACY}, averaged over the learnable unseen tasks: VS-ML minus the "
+                "Meta-RNN",
+        comparison=PAIRED, direction=GREATER, minimum_effect=STEP,
+        minimum_effect_source=STEP_SOURCE, family="generalises_better_than_meta_rnn",
+        declared_after=AFTER),
+    Declaration(
+        name="vsml_transfers",
+        statement="VS-ML meta-trained on MNIST learns datasets it never saw (Fashion-MNIST) "
+                  "online, well above chance",
+        quote=ABSTRACT, source="Abstract; Sec. 4.4, Figure 8", unit="meta-training seed",
+        measure=f"VS-ML's {ACCURACY} on the unseen datasets of the transfer experiment "
+                "(averaged over them), minus chance",
+        comparison=THRESHOLD, direction=GREATER, threshold=0.0, minimum_effect=ABOVE_CHANCE,
+        minimum_effect_source=ABOVE_SOURCE, family="transfer", declared_after=AFTER),
+    Declaration(
+        name="meta_rnn_worse_on_unseen",
+        statement="The Meta-RNN does worse on the unseen datasets than on held-out examples of "
+                  "the dataset it was meta-trained on",
+        quote="(not found in the stored text of the paper) Sec. 4.4, Figure 8: the Meta RNN "
+              "does well on the meta-training dataset and worse on unseen datasets",
+        source="Sec. 4.4, Figure 8", unit="meta-training seed",
+        measure=f"the Meta-RNN's {ACCURACY}: on the unseen datasets (averaged over them) minus "
+                "on the held-out test split of the meta-training dataset",
+        comparison=PAIRED, direction=LESS, minimum_effect=STEP,
+        minimum_effect_source=STEP_SOURCE, family="transfer", declared_after=AFTER),
+    Declaration(
+        name="meta_rnn_worse_than_vsml_on_unseen",
+        statement="The Meta-RNN does worse than VS-ML on the unseen datasets",
+        quote="(not found in the stored text of the paper) Sec. 4.4, Figure 8: on datasets "
+              "outside the meta-training distribution VS-ML is ahead of the Meta RNN",
+        source="Sec. 4.4, Figure 8", unit="meta-training seed (VS-ML and Meta-RNN of the same "
+                                          "seed)",
+        measure=f"{ACCURACY} on the unseen datasets (averaged over them): VS-ML minus the "
+                "Meta-RNN",
+        comparison=PAIRED, direction=GREATER, minimum_effect=STEP,
+        minimum_effect_source=STEP_SOURCE, family="transfer", declared_after=AFTER))
+
+
+def unseen_tasks(m: dict[str, Any], setup: Setup) -> list[str]:
+    """The learnable unseen tasks a run measured: the claims are about these."""
+    return [t for t in setup.tasks if t not in CONTROLS and t != setup.meta_dataset
+            and f"{t}_chance" in m]
+
+
+def _seeds(m: dict[str, Any], tasks: list[str], learner: str) -> np.ndarray:
+    """Each seed's accuracy of ``learner`` averaged over ``tasks``: (seeds,)."""
+    return np.mean([m[f"{t}_{learner}_accuracy_per_seed"] for t in tasks], axis=0)
+
+
+def _best_baseline(m: dict[str, Any], task: str) -> tuple[str, float]:
+    name = max(BASELINES, key=lambda b: m[f"{task}_{b}_accuracy"])
+    return name, float(m[f"{task}_{name}_accuracy"])
+
+
+def _transfer_claims(m: dict[str, Any], meta_rnn=None) -> list[dict[str, Any]]:
+    """The transfer experiment's three claims, judged; ``meta_rnn(task)``: the Meta-RNN's
+    accuracy per seed on ``task`` (default: the recorded, chosen step size's)."""
+    seen, unseen = m["transfer_seen"], m["transfer_unseen"]
+    meta_rnn = meta_rnn or (lambda t: m[f"{t}_meta_rnn_accuracy_per_seed"])
+    vsml = _seeds(m, unseen, "vsml")
+    rnn = np.mean([meta_rnn(t) for t in unseen], axis=0)
+    rnn_seen = np.asarray(meta_rnn(seen), float)
+    chance = float(np.mean([m[f"{t}_chance"] for t in unseen]))
+    names = ", ".join(unseen)
+    return [
+        judge(CLAIMS["vsml_transfers"], vsml - chance, numbers={
+            f"VS-ML accuracy: {names}": float(vsml.mean()), "chance": chance,
+            f"VS-ML accuracy: {seen} (held out)": m[f"{seen}_vsml_accuracy"]}),
+        judge(CLAIMS["meta_rnn_worse_on_unseen"], rnn, rnn_seen, numbers={
+            f"Meta-RNN accuracy: {seen} (held out)": float(rnn_seen.mean()),
+            f"Meta-RNN accuracy: {names}": float(rnn.mean()),
+            "drop of the best tuned SGD/Adam": float(np.mean(
+                [m[f"drop_{t}_best_baseline"] for t in unseen]))}),
+        judge(CLAIMS["meta_rnn_worse_than_vsml_on_unseen"], vsml, rnn, numbers={
+            f"VS-ML accuracy: {names}": float(vsml.mean()),
+            f"Meta-RNN accuracy: {names}": float(rnn.mean())})]
+
 
 def summary(metrics: dict[str, Any], setup: Setup) -> dict[str, Any]:
-    """The claims, study and headline of :func:`verdict` and :func:`transfer_verdict`'s
-    numbers for ``record`` (see ``lab.runs.claims``)."""
+    """The claims (``CLAIMS``) judged from :func:`verdict`'s and :func:`transfer_verdict`'s
+    per-seed numbers by the shared rule, the study and the headline, for ``record`` (see
+    ``lab.runs.claims``). A claim the run did not measure is left out."""
     m = metrics
-    unseen = [t for t in setup.tasks if t not in CONTROLS and t != setup.meta_dataset
-              and f"{t}_chance" in m]
-
-    def count(key):
-        return f"{len(m[key])} of {len(unseen)}"
-
-    claims = [
-        Claim("above_chance_on_every_task",
-              f"VS-ML learns every unseen task online, at least {ABOVE_CHANCE} above chance",
-              verdict_of(m["claim_above_chance_on_every_task"]),
-              {"tasks above chance": count("tasks_vsml_above_chance"),
-               "mean VS-ML accuracy": m["mean_vsml_accuracy"]}),
-        Claim("beats_sgd_and_adam_early",
-              "Early in the stream VS-ML is ahead of online SGD and Adam with tuned step "
-              "sizes, on every unseen task",
-              verdict_of(m["claim_beats_sgd_and_adam_early"]),
-              {"tasks ahead of the best baseline": count("tasks_vsml_beats_baselines")}),
-        Claim("generalises_better_than_meta_rnn",
-              "VS-ML generalises to unseen tasks better than a Meta-RNN (an LSTM learner)",
-              verdict_of(m["claim_generalises_better_than_meta_rnn"]),
-              {"mean accuracy: VS-ML": m["mean_vsml_accuracy"],
-               "mean accuracy: Meta-RNN": m["mean_meta_rnn_accuracy"]})]
-    if "claim_vsml_transfers" in m:
-        seen, targets = m["transfer_seen"], m["transfer_unseen"]
-        first = targets[0]
-        claims += [
-            Claim("vsml_transfers", f"VS-ML meta-trained on {seen} learns unseen datasets "
-                  f"({', '.join(targets)}) above chance", verdict_of(m["claim_vsml_transfers"]),
-                  {f"VS-ML accuracy: {t}": m[f"{t}_vsml_accuracy"] for t in targets}
-                  | {f"chance: {first}": m[f"{first}_chance"]}),
-            Claim("meta_rnn_worse_on_unseen", "The Meta-RNN does worse on the unseen "
-                  f"datasets than on held-out {seen}",
-                  verdict_of(m["claim_meta_rnn_worse_on_unseen"]),
-                  {f"Meta-RNN accuracy: {seen} (seen)": m[f"{seen}_meta_rnn_accuracy"]}
-                  | {f"Meta-RNN accuracy: {t}": m[f"{t}_meta_rnn_accuracy"] for t in targets}),
-            Claim("meta_rnn_worse_than_vsml_on_unseen",
-                  "The Meta-RNN does worse than VS-ML on the unseen datasets",
-                  verdict_of(m["claim_meta_rnn_worse_than_vsml_on_unseen"]),
-                  {f"{t}: Meta-RNN": m[f"{t}_meta_rnn_accuracy"] for t in targets}
-                  | {f"{t}: VS-ML": m[f"{t}_vsml_accuracy"] for t in targets})]
+    unseen = unseen_tasks(m, setup)
+    claims = []
+    for t in unseen:
+        vsml = np.asarray(m[f"{t}_vsml_accuracy_per_seed"], float)
+        name, best = _best_baseline(m, t)
+        claims.append(judge(CLAIMS[f"above_chance_{t}"], vsml - m[f"{t}_chance"], numbers={
+            "VS-ML accuracy": float(vsml.mean()), "chance": m[f"{t}_chance"]}))
+        claims.append(judge(CLAIMS[f"beats_sgd_and_adam_early_{t}"], vsml, [best] * len(vsml),
+                            numbers={"VS-ML accuracy": float(vsml.mean()),
+                                     f"best tuned baseline ({name})": best}))
+    if unseen:
+        vsml, rnn = _seeds(m, unseen, "vsml"), _seeds(m, unseen, "meta_rnn")
+        claims.append(judge(CLAIMS["generalises_better_than_meta_rnn"], vsml, rnn, numbers={
+            "mean accuracy: VS-ML": float(vsml.mean()),
+            "mean accuracy: Meta-RNN": float(rnn.mean()), "tasks": ", ".join(unseen)}))
+    if "transfer_seen" in m:
+        claims += _transfer_claims(m)
     meta = setup.meta
     form = (f"its own {setup.inputs} pixels and {setup.classes} labels" if setup.fixed_tasks
             else f"{setup.classes}-class tasks projected to {setup.inputs} features")
@@ -778,10 +882,32 @@ def summary(metrics: dict[str, Any], setup: Setup) -> dict[str, Any]:
         headline=["mean_vsml_accuracy", "mean_meta_rnn_accuracy"])
 
 
+def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+    """A recorded run's claims under today's declarations, from its recorded per-seed
+    numbers (``python -m lab claims rederive``)."""
+    return summary(metrics, configure(**parameters))
+
+
+def said(claim: dict[str, Any]) -> str:
+    """A judged claim's verdict with its evidence, as the conclusions state it."""
+    text = claim["verdict"]
+    if claim["ci"] is not None:
+        text += (f" (effect {claim['effect']:+.3f} [{claim['ci'][0]:+.3f}, "
+                 f"{claim['ci'][1]:+.3f}], p = {claim['p']:.3g}, n = {claim['n']}")
+        if claim["units_to_decide"]:
+            text += f"; about {claim['units_to_decide']} seeds would decide it"
+        text += ")"
+    elif claim["n"] == 1:
+        text += f" (effect {claim['effect']:+.3f} on 1 seed: one seed never decides)"
+    return text
+
+
 def describe(metrics: dict[str, Any], setup: Setup) -> str:
-    """The conclusions, as Markdown, from :func:`verdict`'s numbers."""
+    """The conclusions, as Markdown, from :func:`verdict`'s numbers and the claims
+    :func:`summary` judges from them."""
     m = metrics
-    holds = {True: "holds", False: "does not hold"}
+    judged = {c["name"]: c for c in summary(m, setup)["claims"]}
+    unseen = unseen_tasks(m, setup)
 
     def spread(task, name):
         per_seed = m[f"{task}_{name}_accuracy_per_seed"]
@@ -798,7 +924,10 @@ def describe(metrics: dict[str, Any], setup: Setup) -> str:
         f"{max(m[f'{t}_{b}_accuracy'] for b in BASELINES):.3f} |" for t in setup.tasks)
     skipped = (f" Not in the data cache, so not meta-tested: {', '.join(setup.skipped)}."
                if setup.skipped else "")
-    return f"""
+    per_task = "\n".join(
+        f"| {t} | {said(judged[f'above_chance_{t}'])} | "
+        f"{said(judged[f'beats_sgd_and_adam_early_{t}'])} |" for t in unseen)
+    text = f"""
 Mean online accuracy over the first {setup.test_steps} examples of {setup.test_episodes}
 episodes per task; for VS-ML and the Meta-RNN the mean ± standard deviation over
 {setup.seeds} meta-training seeds.{skipped}
@@ -807,32 +936,39 @@ episodes per task; for VS-ML and the Meta-RNN the mean ± standard deviation ove
 |---|---|---|---|---|
 {rows}
 
-The claims are judged on the learnable unseen tasks; `random_labels` is a control, where
+The claims are judged on the learnable unseen tasks by the shared rule
+(`lab.runs.verdict`), one meta-training seed per unit; `random_labels` is a control, where
 every learner should sit at chance, and the meta-training dataset's held-out examples are
-not unseen.
+not unseen. Each verdict comes with the mean per-seed effect, its 95% bootstrap interval and
+the sign-flip p, Holm-corrected within the claim's family (the tasks of one claim are one
+family); with {plural(setup.seeds, 'seed')} the smallest p a sign-flip test can give is
+{0.5 ** setup.seeds:.3g}, so a claim holds only with enough seeds.
+"""
+    if unseen:
+        text += f"""
+**(1) Above chance (by at least {ABOVE_CHANCE}) on every unseen task** and **(2) ahead of
+the best tuned online SGD/Adam early in the stream** (by at least {STEP}), per task:
 
-**(1) Above chance on every unseen task: {holds[m['claim_above_chance_on_every_task']]}.**
-VS-ML is at least chance + {ABOVE_CHANCE} on {m['tasks_vsml_above_chance']}.
-
-**(2) Beats online SGD and Adam early in the stream:
-{holds[m['claim_beats_sgd_and_adam_early']]}.** VS-ML is ahead of the best tuned baseline on
-{m['tasks_vsml_beats_baselines']}.
+| task | (1) VS-ML minus chance | (2) VS-ML minus the best tuned SGD/Adam |
+|---|---|---|
+{per_task}
 
 **(3) Generalises better than the Meta-RNN:
-{holds[m['claim_generalises_better_than_meta_rnn']]}.** Mean over the learnable unseen tasks:
-VS-ML {m['mean_vsml_accuracy']:.3f}, Meta-RNN {m['mean_meta_rnn_accuracy']:.3f}; VS-ML is
-ahead on {m['tasks_vsml_beats_meta_rnn']}. Both must have meta-trained for this to mean
-anything: the final meta-training loss on {setup.meta_dataset} (chance ln {setup.classes} =
-{np.log(setup.classes):.3f}) was {_rounded(m.get('vsml_meta_loss_end', []))} for VS-ML and
+{said(judged['generalises_better_than_meta_rnn'])}.** Mean over the learnable unseen tasks:
+VS-ML {m['mean_vsml_accuracy']:.3f}, Meta-RNN {m['mean_meta_rnn_accuracy']:.3f}. Both must
+have meta-trained for this to mean anything: the final meta-training loss on
+{setup.meta_dataset} (chance ln {setup.classes} = {np.log(setup.classes):.3f}) was
+{_rounded(m.get('vsml_meta_loss_end', []))} for VS-ML and
 {_rounded(m.get('meta_rnn_meta_loss_end', []))} for the Meta-RNN (one per seed).
-""" + _describe_transfer(m, setup) + _describe_sweep(m, setup) + _describe_mechanism(m)
+"""
+    return text + _describe_transfer(m, setup, judged) + _describe_sweep(m, setup) + \
+        _describe_mechanism(m)
 
 
-def _describe_transfer(m: dict[str, Any], setup: Setup) -> str:
-    """The transfer claims of :func:`transfer_verdict`, if it had curves to judge."""
-    if "claim_vsml_transfers" not in m:
+def _describe_transfer(m: dict[str, Any], setup: Setup, judged: dict[str, Any]) -> str:
+    """The transfer claims, if :func:`transfer_verdict` had curves to judge."""
+    if "transfer_seen" not in m:
         return ""
-    holds = {True: "holds", False: "does not hold"}
     seen, unseen = m["transfer_seen"], m["transfer_unseen"]
 
     def per_seed(task, name):
@@ -855,29 +991,32 @@ its held-out test split: VS-ML {m[f'{seen}_vsml_accuracy']:.3f}, Meta-RNN
 {lines}
 
 **(a) VS-ML's learned algorithm transfers (at least chance + {ABOVE_CHANCE}):
-{holds[m['claim_vsml_transfers']]}. (b) The Meta-RNN does worse on the unseen dataset than on
-held-out {seen}: {holds[m['claim_meta_rnn_worse_on_unseen']]}. (c) It does worse than VS-ML
-there: {holds[m['claim_meta_rnn_worse_than_vsml_on_unseen']]}.** The baselines' drop is how
-much harder the unseen dataset is for learners that were never meta-trained; a meta-learner
-that dropped by more than that lost some of what it learned to the meta-training dataset.
+{said(judged['vsml_transfers'])}. (b) The Meta-RNN does worse on the unseen datasets than
+on held-out {seen} (by at least {STEP}): {said(judged['meta_rnn_worse_on_unseen'])}.
+(c) It does worse than VS-ML there (by at least {STEP}):
+{said(judged['meta_rnn_worse_than_vsml_on_unseen'])}.** The three are one family. The
+baselines' drop is how much harder the unseen dataset is for learners that were never
+meta-trained; a meta-learner that dropped by more than that lost some of what it learned to
+the meta-training dataset.
 """
 
 
 def _describe_sweep(m: dict[str, Any], setup: Setup) -> str:
-    """The transfer claims at every swept Meta-RNN step size (:func:`sweep_verdict`)."""
+    """The transfer claims (b) and (c) at every swept Meta-RNN step size, judged by the
+    shared rule as the recorded ones are (:func:`_transfer_claims`)."""
     if "meta_rnn_sweep" not in m or "transfer_seen" not in m:
         return ""
-    yes = {True: "holds", False: "does not hold"}
     seen, unseen = m["transfer_seen"], m["transfer_unseen"]
 
     def row(lr, r):
         accuracies = " | ".join(f"{np.mean(r[f'{t}_accuracy_per_seed']):.3f}"
                                 for t in [seen, *unseen])
         chosen = " (chosen)" if float(lr) == m["meta_rnn_lr_chosen"] else ""
+        claims = {c["name"]: c for c in decide(_transfer_claims(
+            m, lambda t: r[f"{t}_accuracy_per_seed"]))}
         return (f"| {lr}{chosen} | {r['meta_loss_end']:.3f} | {r['validation_loss']:.3f} | "
-                f"{accuracies} | "
-                f"{yes[r['claim_meta_rnn_worse_on_unseen']]} | "
-                f"{yes[r['claim_meta_rnn_worse_than_vsml_on_unseen']]} |")
+                f"{accuracies} | {said(claims['meta_rnn_worse_on_unseen'])} | "
+                f"{said(claims['meta_rnn_worse_than_vsml_on_unseen'])} |")
 
     rows = "\n".join(row(lr, r) for lr, r in m["meta_rnn_sweep"].items())
     header = (f"| step size | final meta-training loss | validation loss | Meta-RNN: {seen} "
@@ -889,7 +1028,9 @@ def _describe_sweep(m: dict[str, Any], setup: Setup) -> str:
 validation loss, the mean online
 cross-entropy on {setup.test_episodes} episodes of {setup.steps} validation images, mean
 over the seeds, a rule fixed before the run; the final meta-training loss is the mean over
-the last {FINAL_WINDOW} iterations; accuracies are means over the seeds):
+the last {FINAL_WINDOW} iterations; accuracies are means over the seeds; (b) and (c) judged
+by the shared rule as above, with that step size's Meta-RNN; only the chosen one's are
+recorded):
 
 {header}
 {rows}
