@@ -64,14 +64,6 @@ def test_the_threshold_is_the_lowest_rho_from_which_on_every_level_pays():
     assert et.threshold(rows, share=1.01) is None
 
 
-def test_a_phase_with_no_ranking_counts_as_no_prediction():
-    # MPO's first phase can end before it learns: every configuration ties and Spearman's
-    # rho is NaN, which must not make the comparison false
-    assert et.ranks_better(0.94, float("nan"))
-    assert not et.ranks_better(float("nan"), 0.2)
-    assert not et.ranks_better(0.6, 0.7) and not et.ranks_better(0.45, 0.0)
-
-
 def test_the_configurations_are_the_ones_a_live_sweep_draws():
     configs = et.sample_configs(SPEC, 20, seed=3)
     assert configs == et.sample_configs(SPEC, 20, seed=3) != et.sample_configs(SPEC, 20, 4)
@@ -123,3 +115,58 @@ def test_a_live_sweep_lands_where_the_simulator_predicts(tmp_path):
     assert live["hypertrick_compute"] in set(prediction["hypertrick_compute"].round(6))
     assert et.within(live["hypertrick_best"], prediction["hypertrick_best"], 0.0, 1.0)
     assert et.within(live["random_best"], prediction["random_best"], 0.0, 1.0)
+
+
+def test_displacement_breaks_tied_first_phases_against_the_claim():
+    values = np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    assert et.displacement(values) == [0.0, 0.0, 0.0]  # the first phase ranks as the end
+    tied = np.array([[5.0, 1.0], [5.0, 2.0], [5.0, 3.0]])
+    assert et.displacement(tied) == [1.0, 0.0, 1.0]  # no ranking: read as reversed
+    assert et.random_displacement(3) == pytest.approx(4 / 9)
+    assert et.outside(6.2, [6.0, 6.1, 6.15]) == pytest.approx(0.05)
+    assert et.outside(6.1, [6.0, 6.1, 6.15]) == 0.0
+
+
+def _record(setup, values, orders=6):
+    """A run's numbers from hand-made curves (phase values = the evaluations, 1 seed)."""
+    params = tuple(et.sample_configs(setup.a2c, len(values), 0))
+    a2c = Curves(setup.a2c, params, values, values[:, None, :])
+    mpo = Curves(setup.mpo, tuple(et.sample_configs(setup.mpo, len(values), 0)), values,
+                 values[:, None, :])
+    sim = et.simulate(a2c, orders=orders, workers=2, methods=("hypertrick", "none"))
+    mpo_sim = et.simulate(mpo, orders=orders, workers=2, methods=("hypertrick", "none"))
+    m = et.verdict(a2c, mpo, sim, None, None, mpo_sim)
+    return m | {"a2c_curves": et.plain(a2c), "mpo_curves": et.plain(mpo), "orders": orders}
+
+
+def test_claims_are_decided_per_order_and_per_configuration():
+    setup = et.configure(**NOTEBOOK)
+    final = np.arange(12.0)
+    m = _record(setup, np.column_stack([final, final]))  # the first phase ranks exactly
+    claims = {c["name"]: c for c in et.summary(m)["claims"]}
+    assert claims["early_phases_predict"]["values"] == [0.0] * 12
+    assert claims["early_phases_predict"]["verdict"] == "holds"  # 12 of 12 below 13/36
+    ht = claims["as_good_on_less_compute"]
+    assert ht["n"] == 6 and ht["family"] == "as_good_on_less_compute"
+    assert ht["effect"] >= 0.02 - 1e-12  # never below random search: margin kept
+    reversed_first = np.column_stack([final[::-1], final])
+    m = _record(setup, reversed_first)
+    claims = {c["name"]: c for c in et.summary(m)["claims"]}
+    assert claims["early_phases_predict"]["verdict"] == "does not hold"
+    assert "simulator_predicts_live" not in claims  # no live sweep in this run
+    text = et.describe(m)
+    assert "does not hold" in text and "weakly" not in text
+
+
+def test_rederive_recomputes_the_per_unit_numbers_an_old_record_lacks():
+    setup = et.configure(**NOTEBOOK)
+    rng = np.random.default_rng(1)
+    values = np.sort(rng.normal(size=(10, 2)), axis=1)
+    m = _record(setup, values)
+    now = {c["name"]: c for c in et.summary(m)["claims"]}
+    old = {k: v for k, v in m.items() if not k.startswith(("a2c_order", "mpo_order")) and
+           not k.endswith(("_phase1_displacement", "_final_range"))}
+    again = {c["name"]: c for c in et.rederive(old, NOTEBOOK)["claims"]}
+    for name in now:
+        assert np.allclose(again[name]["values"], now[name]["values"])
+        assert again[name]["verdict"] == now[name]["verdict"]
