@@ -59,7 +59,8 @@ def main() -> None:
               "student_batch": args.batch, "student_length": args.length, "chunk": 1,
               "eval_every": 1, "draws": 4, "power_weight": 0.1, "variants": ["student"],
               "eval_utterances": 1, "timing_lengths": args.lengths, "timing_widths": args.widths,
-              "timing_steps": args.timing_steps, "seed": 0} | small
+              "timing_steps": args.timing_steps, "timing_repeats": max(args.repeats, 1),
+              "seed": 0} | small
     try:
         setup = experiment.configure(**params)
     except ValueError as error:

@@ -35,7 +35,8 @@ NOTEBOOK = dict(preset="default", sample_rate=8000, bands=20, sentences=None, he
                 chunk=100, eval_every=500, draws=4, power_weight=0.01,
                 variants=["student", "no_power", "draws_1", "draws_32", "clarinet"],
                 eval_utterances=4, timing_lengths=[1000, 4000, 16000],
-                timing_widths=[16, 32, 64], timing_steps=256, seed=0)
+                timing_widths=[16, 32, 64], timing_steps=256, timing_repeats=5,
+                seed=0)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -50,6 +51,7 @@ NOTEBOOK = dict(preset="default", sample_rate=8000, bands=20, sentences=None, he
     ({"length": 100}, "length 100 is shorter than one 256-sample frame"),
     ({"student_length": 300}, "student_length 300 is shorter than one 400-sample frame"),
     ({"tune_power": "yes"}, "tune_power must be True or False, got 'yes'"),
+    ({"timing_repeats": 0}, "timing_repeats must be at least 1, got 0"),
     ({"preset": "huge"}, "unknown preset 'huge'; choose one of default, claim, rate_16k"),
 ])
 def test_configure_refuses_bad_values_in_one_line(change, message):
@@ -118,9 +120,16 @@ def test_the_evaluation_set_speaks_every_held_out_text_in_a_different_voice():
         assert not ev["audio"][row, n:].any()  # silence after the utterance
 
 
+JITTER = np.array([1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0])  # 8 repeats / utterances
+
+
 def fake_speed(cached: list[float], student: list[float], lengths: list[int]) -> dict:
+    """Rows of ``time_samplers``: at each length the cached teacher's and the student's
+    seconds, each repeat's jittered by ``JITTER`` (the student's in reverse order)."""
     rows = [{"length": n, "width": 16,
              "seconds": {"naive": 10 * c, "cached": c, "student": s},
+             "repeat_seconds": {"naive": list(10 * c * JITTER), "cached": list(c * JITTER),
+                                "student": list(s * JITTER[::-1])},
              "samples_per_second": {"naive": n / (10 * c), "cached": n / c, "student": n / s},
              "real_time_factor": {"naive": 1.0, "cached": 2.0, "student": 3.0}}
             for n, c, s in zip(lengths, cached, student, strict=True)]
@@ -128,20 +137,22 @@ def fake_speed(cached: list[float], student: list[float], lengths: list[int]) ->
 
 
 def fake_proxies(rows: dict[str, tuple]) -> dict:
-    """``rows``: source -> (bits, entropy bits, kl, lsd, energy) over two utterances."""
-    sources = {name: {"bits": [b] * 2, "entropy_bits": None if h is None else [h] * 2,
-                      "kl": None if k is None else [k] * 2, "lsd": [d] * 2,
-                      "energy": [e] * 2} for name, (b, h, k, d, e) in rows.items()}
+    """``rows``: source -> (bits, entropy bits, kl, lsd, energy) on eight utterances, each
+    proxy jittered by ``JITTER``."""
+    def per(x):
+        return None if x is None else list(x * JITTER)
+    sources = {name: {"bits": per(b), "entropy_bits": per(h), "kl": per(k), "lsd": per(d),
+                      "energy": per(e)} for name, (b, h, k, d, e) in rows.items()}
     return {"sources": sources, "scorer": {name: "mixture" for name in rows},
-            "lengths": [100, 120]}
+            "lengths": [100] * len(JITTER)}
 
 
-def verdicts(setup, *studies) -> list[str]:
+def verdicts(setup, *studies) -> dict[str, str]:
     m = experiment.verdict(setup, *studies)
-    return [c["verdict"] for c in experiment.summary(m, setup)["claims"]]
+    return {c["name"]: c["verdict"] for c in experiment.summary(m, setup)["claims"]}
 
 
-def test_verdict_claims_from_speed_ratios_and_quality_gaps():
+def test_claims_are_judged_on_timing_repeats_and_held_out_utterances():
     setup = experiment.configure(**(NOTEBOOK | {"variants": ["student", "no_power"],
                                                 "timing_lengths": [1000, 4000, 16000]}))
     data = experiment.Corpus(None, None, [None] * 16, [], 48, 150.0)
@@ -153,33 +164,58 @@ def test_verdict_claims_from_speed_ratios_and_quality_gaps():
     proxies = fake_proxies({"real": (9.0, None, None, 0.0, 1.0),
                             "teacher": (9.5, 9.5, 0.0, 20.0, 1.0),
                             "student": (9.2, 9.3, 0.2, 21.0, 0.8),  # 0.3 bits, 0.2, 5% worse
-                            "no_power": (9.0, 9.1, 0.1, 24.0, 0.1)})  # 14% worse than student
+                            "no_power": (9.0, 9.1, 0.1, 24.0, 0.1)})  # 10 dB down, 14% worse
     m = experiment.verdict(setup, teachers, students, proxies, speed, data)
     assert m["student_over_cached"] == pytest.approx({"1000": 2.0, "4000": 8.0, "16000": 16.0})
     assert m["student_over_naive"]["16000"] == pytest.approx(160.0)
     assert m["student_bits_gap"] == pytest.approx(-0.3)
-    assert m["student_entropy_gap"] == pytest.approx(-0.2)
     assert m["student_lsd_ratio"] == pytest.approx(1.05)
     assert m["student_energy_db_gap"] == pytest.approx(10 * np.log10(0.8))  # -0.97 dB
     assert m["no_power_lsd_ratio"] == pytest.approx(24 / 21)
     assert m["student_train_kl"] == {"mean": pytest.approx(0.3), "std": pytest.approx(0.0)}
-    claims = experiment.summary(m, setup)["claims"]
-    assert [c["name"] for c in claims] == ["student_faster", "ratio_grows", "quality_close",
-                                           "power_loss_needed"]
-    assert [c["verdict"] for c in claims] == ["holds"] * 4
+    assert m["timing_repeat_seconds"]["16000"]["cached"] == pytest.approx(list(16 * JITTER))
+    claims = {c["name"]: c for c in experiment.summary(m, setup)["claims"]}
+    assert set(claims) == set(experiment.CLAIMS)
+    # every repeat's speed-up at 16,000 samples: 16 x JITTER / JITTER[::-1], mean about 16
+    fast = claims["student_faster"]
+    assert fast["timing"] and fast["n"] == 8
+    assert fast["effect"] == pytest.approx(np.mean(16 * JITTER / JITTER[::-1]) - 1)
+    assert fast["p"] == pytest.approx(2 / 256)  # exact sign flips, Holm over the 2 claims
+    # the energy gap per utterance is |10 log10 0.8| = 0.97 dB < 1 dB on every utterance;
+    # without the power loss 10 dB from the real power against 0.97 (at least 3 dB further)
+    assert {c["name"]: c["verdict"] for c in claims.values()} == dict.fromkeys(claims, "holds")
 
-    # 5x at the longest length, not growing at every length; a collapsed student (entropy
-    # 0.8 bits under the teacher's); no power loss worse in energy only
-    speed = fake_speed([1.0, 4.0, 10.0], [0.5, 0.25, 2.0], [1000, 4000, 16000])  # 2, 16, 5
-    proxies["sources"]["student"]["entropy_bits"] = [8.7, 8.7]
-    proxies["sources"]["no_power"]["lsd"] = [20.0, 20.0]
-    assert verdicts(setup, teachers, students, proxies, speed, data) == ["weakly"] * 4
+    # 5x at the longest length, not more than at the shortest (8x); the student's LSD 25%
+    # above the teacher's; no power loss only 1 dB further from the real power
+    speed = fake_speed([1.0, 4.0, 10.0], [0.125, 0.25, 2.0], [1000, 4000, 16000])  # 8, 16, 5
+    proxies["sources"]["student"]["lsd"] = list(25.0 * JITTER)
+    proxies["sources"]["no_power"]["energy"] = list(0.63 * JITTER)
+    got = verdicts(setup, teachers, students, proxies, speed, data)
+    assert got["student_faster"] == "smaller than claimed"  # 5x: faster, but not 10x
+    assert got["ratio_grows"] == "does not hold"
+    assert got["quality_close_lsd"] == "does not hold"
+    assert got["quality_close_nll"] == "holds"
+    assert got["power_loss_needed"] == "smaller than claimed"  # 1 dB further, not 3
 
-    # 2x and falling; a student 1.5 bits off; no power loss better in both
-    speed = fake_speed([1.0, 4.0, 4.0], [0.25, 1.0, 2.0], [1000, 4000, 16000])  # 4, 4, 2
-    proxies["sources"]["student"]["bits"] = [11.0, 11.0]
-    proxies["sources"]["no_power"]["energy"] = [0.9, 0.9]
-    assert verdicts(setup, teachers, students, proxies, speed, data) == ["does not hold"] * 4
+    # four utterances, one student sample on either side of the tolerance: inconclusive
+    proxies["sources"]["student"]["bits"] = [9.5, 10.5, 9.6, 10.2]
+    proxies["sources"]["teacher"]["bits"] = [9.5] * 4
+    m = experiment.verdict(setup, teachers, students, proxies, speed, data)
+    claim = {c["name"]: c for c in experiment.summary(m, setup)["claims"]}["quality_close_nll"]
+    assert claim["verdict"] == "inconclusive" and claim["n"] == 4
+
+
+def test_rederive_leaves_claims_untested_without_per_unit_numbers():
+    setup = experiment.configure(**NOTEBOOK)
+    m = {"timing_lengths": [1000, 16000], "student_over_cached": {"1000": 6.0, "16000": 5.7},
+         "student_over_naive": {"1000": 250.0, "16000": 247.0}, "eval_utterances": 4,
+         "real_time_factor": {s: {"16000": 1.0} for s in ("naive", "cached", "student")},
+         "quality": {"real": {"bits": 9.0}, "teacher": {"bits": 9.5}}}
+    params = {k: v for k, v in NOTEBOOK.items() if k != "timing_repeats"}
+    out = experiment.rederive(m, params | {"preset": "default"})
+    assert [c["verdict"] for c in out["claims"]] == ["not tested"] * 2
+    assert out["claims"][0]["to_remake"].startswith("the record has no per-repeat timings")
+    assert experiment.summary(m, setup)["claims"][0]["values"] is None
 
 
 @speaks
