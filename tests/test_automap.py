@@ -323,3 +323,97 @@ def test_objectives_score_bytes_or_alpha_beta_time_and_refuse_over_budget():
     time_model = automap.AlphaBeta(alpha=1e-5, beta=1e-9, flop_rate=1e12)
     assert time_model(cost) == pytest.approx(4e-5 + 1e-6 + 2e-6)
     assert automap.AlphaBeta(budget=100)(cost) == math.inf
+
+
+# the claims, judged by the shared rule from hand-made numbers (no compiles) -----------------
+
+SETUP = dict(devices=8, model_devices=4, vocab=64, hidden=64, heads=4, batch=8, length=32,
+             axes=["model"], exhaustive_axes=["model"], memory_weight=0.01, stack_layers=[2],
+             budget=20, seeds=3, searchers=["greedy", "random", "mcts-default"],
+             exploration=0.1, regime_batch=[8], regime_length=[32], regime_budgets=[1.0],
+             regime_compiles=1, exhaustive_limit=700, seed=0)
+
+
+def _search(searcher, seed, hit, layers=2):
+    return {"searcher": searcher, "seed": seed, "megatron": hit,
+            "megatron_layers": layers if hit else layers - 1, "first_hit": 10 if hit else None,
+            "score_over_megatron": 1.0 if hit else 1.2, "best_over_megatron": [1.5, 1.0]}
+
+
+def _metrics(hits: dict[str, list[bool]], others=(1.07, 1.3), layers=(2, 4)):
+    """A run's numbers: Megatron's rank among the block's layouts from ``others`` (each
+    other layout's score over Megatron's), and per stack depth each searcher's seeds."""
+    from lab.experiments import automap as experiment
+
+    stacks = []
+    for n in layers:
+        runs = [_search(name, s, hit, n) for name, seeds in hits.items()
+                for s, hit in enumerate(seeds)]
+        stack = {"layers": n, "space": 3 ** (4 * n), "runs": runs,
+                 "heuristic_over_megatron": 1.125}
+        stacks.append(stack | {"rates": experiment.rates(stack)})
+    rank = 1 + sum(o < 1 for o in others)
+    best = min(1.0, *others)
+    return {"block": {"axes": ["model"], "layouts": len(others) + 1, "megatron_rank": rank,
+                      "second_over_best": sorted([1.0, *others])[1] / best,
+                      "megatron_over_best": 1 / best, "others_over_megatron": list(others)},
+            "stacks": stacks, "heuristic_over_megatron_bytes": 1.125,
+            "stack_heuristic_over_megatron_bytes": [1.125] * len(layers),
+            "data_parallel_over_megatron_bytes": 2.2,
+            "exact": {"param_error": 1e-7, "loss_error": 0.0, "adam_param_error": 2e-5}}
+
+
+def _claims(m, **params):
+    from lab.experiments import automap as experiment
+
+    setup = experiment.configure(**(SETUP | params))
+    return {c["name"]: c for c in experiment.summary(m, setup)["claims"]}
+
+
+def test_claims_one_per_searcher_with_the_search_as_unit():
+    from lab.experiments import automap as experiment
+
+    claims = _claims(_metrics({"greedy": [True], "random": [False] * 3,
+                               "mcts-default": [True, True, True]}))
+    assert set(claims) <= set(experiment.CLAIMS)
+    verdicts = {name: c["verdict"] for name, c in claims.items()}
+    assert verdicts == {"block_optimum": "holds", "search_recovers_greedy": "holds",
+                        "search_recovers_random": "does not hold",  # 0 of 6 searches
+                        # 6 of 6 searches (3 seeds x 2 depths): p = 1/64, 3 after Holm
+                        "search_recovers_mcts_default": "holds",
+                        "less_than_heuristic": "holds", "exact": "holds"}
+    assert claims["search_recovers_random"]["n"] == 6  # seeds x stack depths
+    assert claims["search_recovers_mcts_default"]["family_size"] == 2  # greedy: a check
+    assert claims["search_recovers_greedy"]["values"] == [1.0, 1.0]  # one per depth
+    assert claims["block_optimum"]["n"] == 2 and claims["block_optimum"]["p"] is None
+
+
+def test_claims_too_few_hits_is_inconclusive_and_a_cheaper_layout_fails_the_optimum():
+    claims = _claims(_metrics({"greedy": [False], "mcts-default": [True, False, True]},
+                              others=(0.9, 1.3)))
+    assert claims["block_optimum"]["verdict"] == "does not hold"  # one layout is cheaper
+    assert claims["search_recovers_greedy"]["verdict"] == "does not hold"  # 1 of 2 layers
+    assert claims["search_recovers_mcts_default"]["verdict"] == "inconclusive"  # 4 of 6
+    assert "search_recovers_random" not in claims  # not searched: not claimed
+
+
+def test_claims_a_tie_is_not_a_unique_optimum_and_the_data_axis_is_its_own_claim():
+    m = _metrics({"greedy": [True]}, others=(1.0, 1.3))
+    assert _claims(m)["block_optimum"]["verdict"] == "does not hold"
+    m["block"]["axes"] = ["model", "data"]
+    claims = _claims(m, exhaustive_axes=["model", "data"])
+    assert "block_optimum" not in claims
+    assert claims["block_optimum_with_data_axis"]["verdict"] == "does not hold"
+
+
+def test_rederive_reads_an_old_record_without_the_per_layout_scores():
+    from lab.experiments import automap as experiment
+    from lab.runs.verdict import mismatches
+
+    m = _metrics({"greedy": [True], "random": [False, True, False]}, others=(1.07, 1.3))
+    del m["block"]["others_over_megatron"]  # a record from before them
+    again = experiment.rederive(json.loads(json.dumps(m)), SETUP)["claims"]
+    block = next(c for c in again if c["name"] == "block_optimum")
+    assert block["values"] == [pytest.approx(1.07)] and block["verdict"] == "holds"
+    assert mismatches(again) == []
+    assert "**search_recovers_random: " in experiment.describe(m, experiment.configure(**SETUP))
