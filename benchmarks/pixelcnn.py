@@ -51,7 +51,8 @@ def main() -> None:
               "eval_examples": 1, "channels": 26, "layers": 5, "base": 4, "base_channels": 16,
               "base_layers": 3, "group_channels": 16, "group_blocks": 1,
               "timing_sizes": args.sizes, "timing_batch": args.batch,
-              "timing_steps": args.timing_steps, "samples": 1, "seed": 0} | widths
+              "timing_steps": args.timing_steps, "timing_repeats": args.repeats,
+              "samples": 1, "seed": 0} | widths
     try:
         setup = experiment.configure(**params)
     except ValueError as error:
