@@ -527,3 +527,4 @@ def test_notebooks_that_time_their_claims_run_alone():
     assert next_to_start([a, b], [t], alone) is None  # nothing beside a timed one
     assert next_to_start([], [], alone) is None
     assert not times_its_claims(ROOT / "notebooks" / "00_quickstart.ipynb")  # no claims
+    assert times_its_claims(ROOT / "notebooks" / "13_parallel_wavenet.ipynb")  # samplers timed
