@@ -51,12 +51,12 @@ def test_learns_above_threshold_judges_each_seed_against_the_runs_threshold():
     three = claims(metrics([508.5, 532.9, 382.9], [0.0] * 3))["learns_above_threshold"]
     assert three["verdict"] == INCONCLUSIVE and three["p"] == 1 / 8
     assert ["lowest seed", 382.9] in three["numbers"]
-    below = claims(metrics([100.0, 120.0, 90.0], [0.0] * 3))["learns_above_threshold"]
+    below = claims(metrics([100.0, 120.0, 90.0, 110.0, 95.0], [0.0] * 5))["learns_above_threshold"]
     assert below["verdict"] == FAILS
 
 
 def test_claims_below_their_budget_are_too_small_to_decide():
-    m = metrics([70.0, 80.0, 90.0], [90.0, 98.0, 106.0], env_steps=12_000)
+    m = metrics([70.0, 80.0, 90.0, 75.0, 85.0], [90.0, 98.0, 106.0, 95.0, 101.0], env_steps=12_000)
     decided = claims(m)
     assert [c["verdict"] for c in decided.values()] == [TOO_SMALL, TOO_SMALL]
     assert decided["beats_pixel_sac"]["measured_verdict"] == FAILS

@@ -82,8 +82,9 @@ def test_verdict_records_per_seed_numbers_and_summary_judges_each_task():
     assert v["beats_sgd_and_adam_early_iris"]["verdict"] == "holds"  # +0.105, every seed
     # at chance on sum_sign (0.5): the interval's high end is below the 0.1 that counts
     assert v["above_chance_sum_sign"]["verdict"] == "does not hold"
-    # signs flip between seeds around the baselines: no effect of 0.02 is left
-    assert v["beats_sgd_and_adam_early_sum_sign"]["verdict"] == "does not hold"
+    # signs flip between seeds around the baselines: the interval is below 0.02, but two
+    # seeds reach it, so the test against 0.02 cannot rule it out either
+    assert v["beats_sgd_and_adam_early_sum_sign"]["verdict"] == "inconclusive"
     assert v["generalises_better_than_meta_rnn"]["verdict"] == "holds"
     assert mismatches(summary(m, six)["claims"]) == []
     text = " ".join(describe(m, six).split())
@@ -448,7 +449,8 @@ def test_sweep_verdict_records_every_step_size_and_describe_judges_each():
     m = verdict(curves, chances, seen=("mnist_5k",)) | transfer_verdict(curves, chances,
                                                                          "mnist_5k")
     text = " ".join(describe(m | v, setup).split())
-    # 0.75 on unseen against 0.5 held out, and above VS-ML's 0.7: the data rule both out
-    assert ("| 0.03 (chosen) | 0.400 | 0.550 | 0.500 | 0.750 | does not hold (effect -0.250 "
+    # 0.75 on unseen against 0.5 held out, and above VS-ML's 0.7: the wrong way on both
+    # seeds, but two seeds cannot rule the claim out (the test the other way: p >= 1/4)
+    assert ("| 0.03 (chosen) | 0.400 | 0.550 | 0.500 | 0.750 | inconclusive (effect -0.250 "
             in text)
     assert "| 0.01 | 0.100 | 0.900 | 0.850 | 0.300 | inconclusive (effect +0.550 " in text
