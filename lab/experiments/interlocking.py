@@ -57,6 +57,7 @@ from lab.runs.claims import (
     declarations,
     judge,
     plural,
+    verdict_lines,
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
@@ -704,24 +705,10 @@ def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
 
 def describe(m: dict[str, Any], setup: Setup, preset: str = "default") -> str:
     """The verdicts as Markdown, every number from ``m``: one line per claim."""
-    lines = []
-    for c in summary(m, setup, preset)["claims"]:
-        line = f"- `{c['name']}`: **{c['verdict']}**"
-        if c["effect"] is not None and c["ci"] is not None:
-            line += (f": effect {c['effect']:+.4g} [{c['ci'][0]:+.4g}, {c['ci'][1]:+.4g}], "
-                     f"p = {c['p']:.3g} (Holm, family of {c.get('family_size', 1)}), "
-                     f"n = {c['n']}")
-        elif c["values"] is None:
-            line += f" ({c['to_remake']})"
-        else:
-            line += f", n = {c['n']}"
-        if c.get("units_to_decide"):
-            line += f"; about {c['units_to_decide']} {c['unit'].split(' (')[0]}s would decide it"
-        shown = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                 for k, v in c["numbers"] if v is not None]
-        lines.append(line + (" (" + "; ".join(shown) + ")" if shown else ""))
-    return "\n".join(lines) if lines else "No claim was tested (run local, global and an "\
-        "interlocking rule)."
+    claims = summary(m, setup, preset)["claims"]
+    if not claims:
+        return "No claim was tested (run local, global and an interlocking rule)."
+    return verdict_lines(claims, numbers=True)
 
 
 def curves(m: dict[str, Any], studies: dict[str, dict]) -> dict[str, dict[str, Any]]:

@@ -51,6 +51,7 @@ from lab.runs.claims import (
     declarations,
     judge,
     plural,
+    verdict_lines,
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
@@ -616,21 +617,7 @@ def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
 
 def describe(m: dict[str, Any], setup: Setup, preset: str = "default") -> str:
     """The verdicts as Markdown, every number from ``m``: one line per claim."""
-    lines = []
-    for c in summary(m, setup, preset)["claims"]:
-        line = f"- `{c['name']}`: **{c['verdict']}**"
-        if c["effect"] is not None and c["ci"] is not None:
-            line += (f": effect {c['effect']:+.4g} [{c['ci'][0]:+.4g}, {c['ci'][1]:+.4g}] "
-                     f"(smallest that counts {c['minimum_effect']:g}), p = {c['p']:.3g} "
-                     f"(Holm, family of {c.get('family_size', 1)}), n = {c['n']}")
-        elif c["values"] is None:
-            line += f" ({c['to_remake']})"
-        else:
-            line += f", n = {c['n']}"
-        if c.get("units_to_decide"):
-            line += f"; about {c['units_to_decide']} {c['unit'].split(' (')[0]}s would decide it"
-        lines.append(line)
-    return "\n".join(lines) if lines else "No claim was tested."
+    return verdict_lines(summary(m, setup, preset)["claims"])
 
 
 def curves(study: dict[str, Any], timing: dict[str, Any]) -> dict[str, dict[str, Any]]:

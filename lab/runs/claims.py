@@ -191,3 +191,17 @@ def criterion(claim: dict[str, Any]) -> str:
     if claim.get("family"):
         line += f"; family {claim['family']}"
     return line + f"; declaration {claim['declaration']}"
+
+
+def verdict_lines(claims: list[dict[str, Any]], *, numbers: bool = False) -> str:
+    """A run's judged claims as Markdown for a notebook's conclusions, one line each:
+    ``- `name`: **verdict**: evidence`` (:func:`evidence`), with the claim's numbers when
+    ``numbers``; every figure from the claims themselves."""
+    lines = []
+    for c in claims:
+        line = f"- `{c['name']}`: **{c['verdict']}**: {evidence(c)}"
+        if c.get("to_remake"):
+            line += f" ({c['to_remake']})"
+        shown = [f"{k} {fmt(v)}" for k, v in (c.get("numbers") or []) if v is not None]
+        lines.append(line + (" (" + "; ".join(shown) + ")" if numbers and shown else ""))
+    return "\n".join(lines) if lines else "No claim was tested."
