@@ -26,6 +26,7 @@ import jinja2
 from lab.runs.claims import (
     RESERVED,
     VERDICTS,
+    WEAKLY,
     claims_of,
     criterion,
     evidence,
@@ -91,6 +92,8 @@ def _shown_claims(metrics: dict[str, Any], run: dict[str, Any] | None = None
             flags.append(f"criterion declared after {c['declared_after']}")
         if isinstance(rederived, dict):
             was = before.get(c["name"])
+            if was == WEAKLY:  # the retired word, named once: in the README and RESULTS
+                was = "the retired verdict between holds and does not hold"
             flags.append(f"re-derived {str(rederived.get('date', ''))[:10]} under the shared "
                          "rule from this run's recorded numbers"
                          + (f" (recorded as: {was})" if was and was != c["verdict"] else ""))
