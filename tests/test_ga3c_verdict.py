@@ -91,7 +91,8 @@ def test_claims_are_judged_on_repeats_seeds_and_starts():
         "lag_grows_with_agents": "holds", "lag_grows_with_trainers": "holds",
         "large_lag_hurts": "inconclusive",  # one seed: n = 1
         "adjustment_reaches_90pc_from_2_1_1": "inconclusive",  # above 0.9, but 3 seeds
-        "adjustment_reaches_90pc_from_reference": "does not hold"}  # 0.60-0.70: below 0.9
+        # 0.60-0.70, below 0.9 on every seed, but three seeds cannot rule it out (1/8)
+        "adjustment_reaches_90pc_from_reference": "inconclusive"}
     faster = claims["batching_faster"]
     assert faster["timing"] and faster["n"] == 6 and faster["p"] == pytest.approx(2 / 64)
     assert faster["effect"] == pytest.approx(np.mean(np.log(5000 / 1000 * np.ones(6))))
@@ -140,7 +141,8 @@ def test_atari_runs_leave_the_jitted_a2c_claims_untested():
     assert "a2c_over_ga3c_env_steps" not in m and m["lags"] == []
     claims = {c["name"]: c for c in experiment.summary(m, setup)["claims"]}
     assert "large_lag_hurts" not in claims  # no lag study with Atari
-    assert claims["higher_return_at_equal_time"]["verdict"] == "does not hold"  # -1 per seed
+    # -1 on each of three seeds: the test the other way cannot go below 1/8
+    assert claims["higher_return_at_equal_time"]["verdict"] == "inconclusive"
     assert {"adjustment_reaches_90pc_from_8_1_1", "adjustment_reaches_90pc_from_reference",
             "adjustment_reaches_90pc_from_64_4_4"} <= set(claims)
     assert "Atari pong" in experiment.summary(m, setup)["study"]["measured"]
