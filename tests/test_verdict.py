@@ -23,7 +23,7 @@ from lab.runs.claims import (
     summary,
 )
 from lab.runs.report import load_runs
-from lab.runs.verdict import decide, fingerprint, mismatches
+from lab.runs.verdict import decide, fingerprint, holm, mismatches
 from tests.conftest import ROOT
 from tests.test_reports import write_run
 
@@ -77,6 +77,11 @@ def test_a_family_of_five_corrects_the_one_that_clears_alone():
     other = decide([judge(declared("a", family="x"), ahead),
                     judge(declared("b", family="y"), ahead)])
     assert [e["p"] for e in other] == [pytest.approx(1 / 32)] * 2
+    # our Holm gives statsmodels' numbers (ties and values that reach 1 included)
+    from statsmodels.stats.multitest import multipletests
+
+    for p in ([0.01, 0.04, 0.03, 0.5], [0.02, 0.02, 0.9, 0.001, 0.3], [0.5, 0.6], [0.2]):
+        assert holm(p) == pytest.approx(list(multipletests(p, method="holm")[1]), rel=1e-12)
 
 
 def test_an_interval_that_rules_out_the_claimed_effect():
