@@ -277,9 +277,11 @@ def test_describe_states_each_verdict_with_its_numbers():
     text = " ".join(describe(metrics, configure(**DEFAULTS | {"more_solvers": ["cg3"], "seeds": 1}),
                              early_epoch=1).split())
     # one seed: the shared rule cannot decide (n = 1), and says so with the effect
-    assert "ProxProp (exact), faster per epoch: inconclusive: 0.533, n = 1" in text
-    assert "ProxProp (cg3), faster per epoch: inconclusive: -0.133, n = 1" in text
-    assert "ProxProp (exact), stable where BackProp diverges: inconclusive: 1, n = 1" in text
+    one = "on one unit: one unit never decides"
+    assert f"ProxProp (exact), faster per epoch: inconclusive (effect +0.533 {one})" in text
+    assert f"ProxProp (cg3), faster per epoch: inconclusive (effect -0.133 {one})" in text
+    assert f"ProxProp (exact), stable where BackProp diverges: inconclusive (effect +1 {one})" \
+        in text
     assert "after epoch 1 0.5 against 1," in text and "losses were [0.2]" in text
     assert "lower than BackProp's after 1 of 2 epochs" in text
     assert "ProxProp (exact, 2.00x)" in text and "ProxProp (cg3, 1.50x)" in text

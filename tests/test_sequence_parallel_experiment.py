@@ -188,7 +188,9 @@ def test_rederive_reproduces_the_claims_from_the_recorded_numbers():
     assert [(c["name"], c["verdict"], c["declaration"]) for c in again] == \
         [(c["name"], c["verdict"], c["declaration"]) for c in recorded]
     assert mismatches(again) == []
-    assert "**identical_curves: holds.**" in experiment.describe(m, measured[0])
+    text = experiment.describe(m, measured[0])
+    assert "**identical_curves: holds (a check, each <= " in text
+    assert "- **exact: holds (a check, each <= 1e-05: 2e-07).**" in text  # the larger error
 
 
 def test_sequence_parallel_panel_trains_one_device_live_and_refuses_bad_values():

@@ -83,6 +83,7 @@ from lab.runs.claims import (
     declarations,
     judge,
     plural,
+    said,
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
@@ -876,22 +877,16 @@ def describe(m: dict[str, Any], setup: Setup) -> str:
     """The claims' verdicts as Markdown, every number from ``m``."""
     lines = []
     for c in summary(m, setup)["claims"]:
-        if c["values"] is None:
-            lines.append(f"- **`{c['name']}`: {c['verdict']}** ({c['to_remake']})")
-            continue
-        line = (f"- **`{c['name']}`: {c['verdict']}**: {c['statement']}. Per unit "
-                f"({c['unit'].split(' (')[0].split(':')[0]}, n = {c['n']}), log OOD MSE of the "
-                f"top k, {c['measure'].split(': ')[-1]}"
-                f"{' plus the margin' if c['threshold'] else ''}, oriented so that the claim "
-                f"is positive: {c['effect']:+.4f}")
-        if c["ci"] is not None:
-            line += (f" [{c['ci'][0]:+.4f}, {c['ci'][1]:+.4f}], p = {c['p']:.3g} (Holm, "
-                     f"family `{c['family']}`)")
-        line += f"; smallest effect that counts {c['minimum_effect']:g}"
-        if c["units_to_decide"]:
-            line += f"; about {c['units_to_decide']} units would decide it"
-        numbers = "; ".join(f"{k}: {v}" for k, v in c["numbers"])
-        lines.append(f"{line}. {numbers}.")
+        line = f"- **`{c['name']}`: {said(c, '+.4f')}**"
+        if c["values"] is not None:
+            line += (f": {c['statement']}. The effect is per "
+                     f"{c['unit'].split(' (')[0].split(':')[0]}: log OOD MSE of the top k, "
+                     f"{c['measure'].split(': ')[-1]}"
+                     f"{' plus the margin' if c['threshold'] else ''}, oriented so that the "
+                     f"claim is positive (family `{c['family']}`, Holm); the smallest that "
+                     f"counts {c['minimum_effect']:g}. "
+                     + "; ".join(f"{k}: {v}" for k, v in c["numbers"]) + ".")
+        lines.append(line)
     return "\n".join(lines)
 
 

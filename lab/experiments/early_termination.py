@@ -54,6 +54,7 @@ from lab.runs.claims import (
     declarations,
     judge,
     plural,
+    said,
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
@@ -519,11 +520,11 @@ def rule_of_thumb(m: dict[str, Any]) -> str:
     text += ". "
     if "break_even" in m:
         cut = {k: m[f"{k}_threshold"] for k in ("hypertrick", "asha")}
-        said = {k: (f"from rho {v:.2f} up" if v is not None else "at no level measured")
-                for k, v in cut.items()}
+        reached = {k: (f"from rho {v:.2f} up" if v is not None else "at no level measured")
+                   for k, v in cut.items()}
         text += (f"On the A2C configurations with their earlier phases made more or less "
                  f"predictive (break-even table), HyperTrick was at least random search on "
-                 f"half of the orders {said['hypertrick']}, ASHA {said['asha']}. ")
+                 f"half of the orders {reached['hypertrick']}, ASHA {reached['asha']}. ")
     text += ("So: where the first phase's rho is above that, early termination pays; "
              "choose HyperTrick when workers finish at different times and no barrier is "
              "wanted, ASHA for geometric rungs (more, shorter early trials). Where it is "
@@ -696,20 +697,10 @@ def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
     return summary(m)
 
 
-def verdict_text(claim: dict[str, Any]) -> str:
-    """A decided claim's verdict with its evidence, for the conclusions."""
-    if claim["values"] is None:
-        return f"{claim['verdict']} ({claim['to_remake']})"
-    if claim["ci"] is None:
-        return f"{claim['verdict']} (n = {claim['n']}, effect {claim['effect']:.3g})"
-    return (f"{claim['verdict']}: effect {claim['effect']:.3g} [{claim['ci'][0]:.3g}, "
-            f"{claim['ci'][1]:.3g}], p = {claim['p']:.3g}, n = {claim['n']}")
-
-
 def describe(m: dict[str, Any]) -> str:
     """The conclusions as Markdown, every number and verdict from ``m`` (decided by
     :func:`summary`)."""
-    decided = {c["name"]: verdict_text(c) for c in summary(m)["claims"]}
+    decided = {c["name"]: said(c) for c in summary(m)["claims"]}
     lines = [
         f"**Early phases on A2C/MinAtar**: Spearman's rho between the first phase's return "
         f"and the final one {m['a2c_spearman_phase1']:.2f} (Kendall "

@@ -67,6 +67,7 @@ from lab.runs.claims import (
     declarations,
     judge,
     plural,
+    said,
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
@@ -786,28 +787,12 @@ def binned_returns(result: Result, bins: int = 20, by: int = 0
         return (edges[:-1] + edges[1:]) / 2, np.where(counts > 0, sums / counts, np.nan)
 
 
-def _verdict(claim: dict[str, Any]) -> str:
-    """A claim's verdict with its evidence, for the conclusions."""
-    out = claim["verdict"]
-    if claim["ci"] is not None:
-        out += (f" (effect {claim['effect']:.3g} [{claim['ci'][0]:.3g}, {claim['ci'][1]:.3g}], "
-                f"n = {claim['n']}, p = {claim['p']:.3g}")
-        if claim["units_to_decide"]:
-            out += f"; about {claim['units_to_decide']} units would decide it"
-        out += ")"
-    elif claim["to_remake"]:
-        out += f" ({claim['to_remake']})"
-    elif claim["n"] == 1:
-        out += " (one unit)"
-    return out
-
-
 def describe(m: dict[str, Any], setup: Setup) -> str:
     """The conclusions as Markdown, every number and verdict from ``m`` (``summary``)."""
     claims = {c["name"]: c for c in summary(m, setup)["claims"]}
 
-    def said(name):
-        return _verdict(claims[name]) if name in claims else "not tested in this run"
+    def stated(name):
+        return said(claims[name]) if name in claims else "not tested in this run"
 
     n = m["agent_counts"]
 
@@ -818,7 +803,7 @@ def describe(m: dict[str, Any], setup: Setup) -> str:
     by_start = "\n".join(
         f"  - from {start}: ended on {', '.join(str(tuple(c)) for c in configs)}, "
         f"{frac:.2f} of the best on average: "
-        f"**{said(adjustment_claim(start).name)}**"
+        f"**{stated(adjustment_claim(start).name)}**"
         for start, configs, frac in zip(m["adjust_starts"], m["adjusted_final_configs"],
                                         m["adjusted_fraction_of_best"], strict=True))
     finals = ", ".join(f"lag {lag}: {r:.3f}" for lag, r in
@@ -835,22 +820,22 @@ each claim's own measure, oriented so that the claim's direction is positive, wi
 95% interval, the number of units and the family's Holm-corrected p.
 
 **(1) Batching gives GA3C more environment steps per second than per-agent A3C**: at least
-2x at {setup.host.agents} agents, **{said('batching_faster')}**; more so than at one agent,
-**{said('batching_grows')}**. Environment steps per second by agents (one reading each),
+2x at {setup.host.agents} agents, **{stated('batching_faster')}**; more so than at one agent,
+**{stated('batching_grows')}**. Environment steps per second by agents (one reading each),
 GA3C {rates('ga3c')}; A3C {rates('a3c')}. GA3C / A3C:
 {', '.join(f'{r:.2f}' for r in m['ga3c_over_a3c_by_agents'])}; GA3C peaks at
 {m['ga3c_peak_agents']} agents.
 
 **(2) At equal wall-clock ({m['seconds']:g} s per run) GA3C's return is higher than A3C's:
-{said('higher_return_at_equal_time')}** (GA3C ahead on {m['seeds_ga3c_ahead']} of
+{stated('higher_return_at_equal_time')}** (GA3C ahead on {m['seeds_ga3c_ahead']} of
 {m['seeds']} seeds). Mean return of the episodes in the last fifth of each run: GA3C
 {m['ga3c_final_return']:.3f}, A3C {m['a3c_final_return']:.3f}{a2c}
 
-**(3) Lag grows with agents: {said('lag_grows_with_agents')}; with trainers:
-{said('lag_grows_with_trainers')}** (mean lag in updates by agents
+**(3) Lag grows with agents: {stated('lag_grows_with_agents')}; with trainers:
+{stated('lag_grows_with_trainers')}** (mean lag in updates by agents
 {', '.join(f'{x:.2f}' for x in m['lag_mean_by_agents'])}; by trainers {m['trainer_counts']}:
 {', '.join(f'{x:.2f}' for x in m['lag_mean_by_trainers'])}). **A large lag slows learning:
-{said('large_lag_hurts')}** (jitted A2C, final return by lag: {finals}).
+{stated('large_lag_hurts')}** (jitted A2C, final return by lag: {finals}).
 
 **(4) The dynamic adjustment reaches 90% of the best fixed configuration's trainings per
 second** (NVlabs/GA3C's random walk; final configurations measured with the

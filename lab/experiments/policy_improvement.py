@@ -63,6 +63,7 @@ from lab.runs.claims import (
     declarations,
     judge,
     plural,
+    said,
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
@@ -481,6 +482,7 @@ CLAIMS = declarations(
                        "runs (the 0.5x-2x band on the seed mean was older)"),
 )
 SLOW = "re-run -p preset claim (about 51 min on 2 shared cores)"
+RETURN = "+,.4g"  # how the conclusions print an effect (returns or steps) and its interval
 
 
 def summary(m: dict[str, Any]) -> dict[str, Any]:
@@ -554,24 +556,6 @@ def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
     return summary(metrics)
 
 
-def verdict_text(claim: dict[str, Any]) -> str:
-    """A decided claim's verdict with its evidence, one line of Markdown."""
-    text = claim["verdict"]
-    if claim["measured_verdict"] != text and claim["verdict"] == "too small to decide here":
-        return (f"{text} (measured: {claim['measured_verdict']}; deciding it needs "
-                f"{claim['decidable_at']:,} {claim['budget_unit']}, this run had "
-                f"{claim['budget']:,})")
-    if claim["values"] is None:
-        return f"{text} ({claim['to_remake']})"
-    if claim["ci"] is None:
-        return f"{text} (n = {claim['n']}, effect {claim['effect']:,.4g})"
-    more = (f"; about {claim['units_to_decide']} seeds would decide it"
-            if claim.get("units_to_decide") else "")
-    return (f"{text}: effect {claim['effect']:,.4g} [{claim['ci'][0]:,.4g}, "
-            f"{claim['ci'][1]:,.4g}], p = {claim['p']:.3g}, n = {claim['n']}, smallest effect "
-            f"that counts {claim['minimum_effect']:,.4g}{more}")
-
-
 def describe(m: dict[str, Any]) -> str:
     """The conclusions as Markdown, every number (and verdict) from ``m``."""
     decided = {c["name"]: c for c in summary(m)["claims"]}
@@ -607,26 +591,26 @@ def describe(m: dict[str, Any]) -> str:
              f"): the effect is the mean over seeds, with a bootstrap 95% interval and a "
              f"one-sided sign-flip p (Holm within a family).", ""]
     if "mpo_solves" in decided:
-        lines += [f"- **Claim 1, MPO solves the task: {verdict_text(decided['mpo_solves'])}.** "
+        lines += [f"- **Claim 1, MPO solves the task: {said(decided['mpo_solves'], RETURN)}.** "
                   f"Final return {final('mpo')}; the seed-mean curve reached the threshold "
                   f"{steps('mpo')}.", ""]
     if "search_sooner" in decided:
         s = m["claim2_search_variant"]
         lines += [f"- **Claim 2, search in learning with the true model needs fewer "
                   f"environment steps than depth 0: "
-                  f"{verdict_text(decided['search_sooner'])}.** {per_seed('claim2', s)} "
+                  f"{said(decided['search_sooner'], RETURN)}.** {per_seed('claim2', s)} "
                   f"`{s}` final {final(s)}; wall-clock {m[f'{s}_train_seconds']:.0f} s "
                   f"against MPO's {m['mpo_train_seconds']:.0f} s.", ""]
     if "more_updates_sooner" in decided:
         s = m["claim3_variant"]
         lines += [f"- **Claim 3, more updates per environment step are more data-efficient: "
-                  f"{verdict_text(decided['more_updates_sooner'])}.** "
+                  f"{said(decided['more_updates_sooner'], RETURN)}.** "
                   f"{per_seed('claim3', s)} `{s}` final {final(s)}; wall-clock "
                   f"{m[f'{s}_train_seconds']:.0f} s.", ""]
     if "vmpo_learns" in decided:
         lines += [f"- **Claim 4, V-MPO learns without an entropy bonus: "
-                  f"{verdict_text(decided['vmpo_learns'])}; its KLs track their bounds: "
-                  f"{verdict_text(decided['vmpo_kls_track'])}.** Final return "
+                  f"{said(decided['vmpo_learns'], RETURN)}; its KLs track their bounds: "
+                  f"{said(decided['vmpo_kls_track'], RETURN)}.** Final return "
                   f"{final('vmpo')}, from {m['vmpo_initial_return']:.1f}; the seed-mean "
                   f"curve reached the threshold {steps('vmpo')}. Realised KLs over the "
                   f"second half of training: mean {m['vmpo_kl_mean']:.2e} "

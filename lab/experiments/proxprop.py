@@ -23,7 +23,7 @@ from jax.sharding import Mesh
 
 from lab import parallel
 from lab.data import DATASETS, load
-from lab.runs.claims import GREATER, THRESHOLD, Declaration, declarations, judge, plural
+from lab.runs.claims import GREATER, THRESHOLD, Declaration, declarations, judge, plural, said
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.train.proxprop import (
@@ -477,22 +477,6 @@ def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
                    remake=f"re-run -p preset {preset}{cost}")
 
 
-def verdict_text(claim: dict[str, Any]) -> str:
-    """A decided claim's verdict with its evidence, one phrase: "inconclusive: 0.31
-    [0.2, 0.4], p = 0.25, n = 3; about 6 seeds would decide it"."""
-    text = claim["verdict"]
-    if claim["ci"] is not None:
-        text += (f": {claim['effect']:.3g} [{claim['ci'][0]:.3g}, {claim['ci'][1]:.3g}], "
-                 f"p = {claim['p']:.3g}, n = {claim['n']}")
-    elif claim["n"]:
-        text += f": {claim['effect']:.3g}, n = {claim['n']}"
-    if claim["units_to_decide"]:
-        text += f"; about {claim['units_to_decide']} seeds would decide it"
-    if claim["to_remake"]:
-        text += f" ({claim['to_remake']})"
-    return text
-
-
 def describe(metrics: dict[str, Any], setup: Setup, *, early_epoch: int = 5) -> str:
     """The conclusions, as Markdown, from :func:`verdict`'s numbers: each claim's verdict
     by the shared rule (effect, its 95% interval, Holm-corrected p, seeds), then the
@@ -513,7 +497,7 @@ Holm-corrected over the solvers tried (declarations: `CLAIMS` in
                                                       strict=True)
                    if lr in o["lrs_only_backprop_diverges"]]
         text += f"""
-**ProxProp ({solver}), faster per epoch: {verdict_text(faster)}** (the fraction by which its
+**ProxProp ({solver}), faster per epoch: {said(faster)}** (the fraction by which its
 training loss, averaged over the epochs, is below BackProp's; at least 0.1 counts). At the
 tuned step sizes (BackProp {o['backprop_tuned_lr']:g}, ProxProp {o['proxprop_tuned_lr']:g})
 ProxProp's mean training loss is lower than BackProp's after {o['epochs_proxprop_lower']} of
@@ -522,7 +506,7 @@ ProxProp's mean training loss is lower than BackProp's after {o['epochs_proxprop
 against {o['backprop_final_train_loss']:.3g}. Validation accuracy at the end: ProxProp
 {o['proxprop_final_val_accuracy']:.3f}, BackProp {o['backprop_final_val_accuracy']:.3f}.
 
-**ProxProp ({solver}), stable where BackProp diverges: {verdict_text(stable)}** (per seed,
+**ProxProp ({solver}), stable where BackProp diverges: {said(stable)}** (per seed,
 the share of BackProp's divergent step sizes where ProxProp trained; at least 0.5 counts).
 BackProp diverged at step sizes {o['backprop_diverged_lrs']}, ProxProp at
 {o['proxprop_diverged_lrs']}; only BackProp diverged at {o['lrs_only_backprop_diverges']},

@@ -27,7 +27,16 @@ import numpy as np
 from jax.sharding import Mesh
 
 from lab import envs, parallel
-from lab.runs.claims import GREATER, PAIRED, THRESHOLD, Declaration, declarations, judge, plural
+from lab.runs.claims import (
+    GREATER,
+    PAIRED,
+    THRESHOLD,
+    Declaration,
+    declarations,
+    judge,
+    plural,
+    said,
+)
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.train import checkpoint as checkpoints
@@ -36,6 +45,7 @@ from lab.train.sac_ae import SACAEConfig
 
 DMC_PREFIX = "dmc:"
 THRESHOLD_FRACTION = 0.25
+RETURN = "+.1f"  # how the conclusions print a return effect and its interval
 """The swing-up threshold: a quarter of the maximum return (1 per physics step)."""
 
 # Named set-ups; a preset's values replace the notebook's. ``claim`` is the CPU measurement
@@ -335,23 +345,6 @@ def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
     return summary(metrics)
 
 
-def verdict_text(claim: dict[str, Any]) -> str:
-    """A decided claim's verdict with its evidence, one phrase."""
-    text = claim["verdict"]
-    if claim["verdict"] != claim["measured_verdict"]:
-        text += (f" (measured: {claim['measured_verdict']}; deciding it needs "
-                 f"{claim['decidable_at']:,} {claim['budget_unit']}, this run had "
-                 f"{claim['budget']:,})")
-    if claim["ci"] is not None:
-        text += (f": {claim['effect']:+.1f} [{claim['ci'][0]:+.1f}, {claim['ci'][1]:+.1f}], "
-                 f"p = {claim['p']:.3g}, n = {claim['n']}")
-    elif claim["n"]:
-        text += f": {claim['effect']:+.1f}, n = {claim['n']}"
-    if claim["units_to_decide"]:
-        text += f"; about {claim['units_to_decide']} seeds would decide it"
-    return text
-
-
 def describe(m: dict[str, Any]) -> str:
     """The conclusions as Markdown, every number from ``m``, each claim's verdict by the
     shared rule (effect with its 95% interval, sign-flip p, seeds)."""
@@ -369,12 +362,12 @@ def describe(m: dict[str, Any]) -> str:
              "`lab/experiments/sac_ae.py`).", ""]
     if "learns_above_threshold" in claims:
         lines += [f"- **Claim 1, SAC-AE learns swing-up above the threshold: "
-                  f"{verdict_text(claims['learns_above_threshold'])}** (mean final return "
+                  f"{said(claims['learns_above_threshold'], RETURN)}** (mean final return "
                   f"minus the threshold over seeds). Final evaluation return {score('sac_ae')}.",
                   ""]
     if "beats_pixel_sac" in claims:
         lines += [f"- **Claim 2, SAC-AE beats pixel SAC (no decoder) at the same step "
-                  f"budget: {verdict_text(claims['beats_pixel_sac'])}** (SAC-AE minus pixel "
+                  f"budget: {said(claims['beats_pixel_sac'], RETURN)}** (SAC-AE minus pixel "
                   f"SAC, paired by seed; at least +50 counts; SAC-AE ahead on "
                   f"{m['seeds_sac_ae_ahead']} of {m['seeds']} seeds). Pixel SAC: "
                   f"{score('pixel_sac')}. Mean return over all evaluations (area under the "

@@ -57,6 +57,7 @@ from lab.runs.claims import (
     declarations,
     judge,
     plural,
+    said,
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
@@ -799,28 +800,9 @@ def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
     return summary(metrics, configure(**parameters))
 
 
-def evidence(c: dict[str, Any]) -> str:
-    """A decided claim's evidence in a few words: a check's values against its threshold,
-    or the effect, interval, p and n of the shared rule."""
-    if c["verdict"] == "not tested":
-        return c["to_remake"] or "not measured by this run"
-    if c["comparison"] == CHECK:
-        side = "<=" if c["direction"] == LESS else ">="
-        values = ", ".join(f"{v:.4g}" for v in c["values"][:6])
-        more = f" and {c['n'] - 6} more" if c["n"] > 6 else ""
-        return f"a check, {side} {c['threshold']:.10g} per {c['unit'].split(' (')[0]}: " \
-               f"{values}{more}"
-    ci = "" if c["ci"] is None else f" [{c['ci'][0]:.3g}, {c['ci'][1]:.3g}]"
-    p = "" if c["p"] is None else f", p = {c['p']:.3g}"
-    text = f"effect {c['effect']:.3g}{ci}{p}, n = {c['n']} ({c['unit'].split(' (')[0]})"
-    if c.get("units_to_decide"):
-        text += f"; about {c['units_to_decide']} would decide it at this spread"
-    return text
-
-
 def describe(m: dict[str, Any], setup: Setup) -> str:
     """Each claim's verdict with its evidence, as Markdown lines (every number from ``m``)."""
-    return "\n".join(f"- **{c['name']}: {c['verdict']}.** {c['statement']}: {evidence(c)}."
+    return "\n".join(f"- **{c['name']}: {said(c)}.** {c['statement']}."
                      for c in summary(m, setup)["claims"])
 
 

@@ -20,7 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from lab.runs.claims import GREATER, LESS, PAIRED, Declaration, declarations, judge, plural
+from lab.runs.claims import (
+    GREATER,
+    LESS,
+    PAIRED,
+    TOO_SMALL,
+    Declaration,
+    declarations,
+    judge,
+    plural,
+    said,
+)
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.sweeps import load_spec, run_sweep
@@ -194,15 +204,10 @@ def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
 def describe(m: dict[str, Any], spec: SweepSpec) -> str:
     """The conclusions as Markdown, every number from ``m``."""
     claim = summary(m, spec)["claims"][0]
-    holds = claim["verdict"]
-    if claim["measured_verdict"] != holds:
-        holds += (f" (measured: {claim['measured_verdict']}; deciding it needs "
-                  f"{claim['decidable_at']:,} {claim['budget_unit']}, this run had "
-                  f"{claim['budget']:,})")
-    elif claim["ci"] is not None:
-        holds += (f": HyperTrick minus random search, margin {-claim['threshold']:g} added, "
-                  f"{claim['effect']:.1f} [{claim['ci'][0]:.1f}, {claim['ci'][1]:.1f}], "
-                  f"p = {claim['p']:.3g}, n = {claim['n']}")
+    holds = said(claim, "+.1f")
+    if claim["ci"] is not None and claim["verdict"] != TOO_SMALL:
+        holds += (f" (the effect is HyperTrick's best minus random search's with the margin "
+                  f"{-claim['threshold']:g} added)")
     lines = [
         f"**Claim: {holds}** on {m['seeds']} sampler seed(s): HyperTrick's best "
         f"`{spec.metric}` was at least random search's on "

@@ -61,6 +61,7 @@ from lab.runs.claims import (
     declarations,
     judge,
     plural,
+    said,
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
@@ -723,6 +724,7 @@ AFTER = ("chosen 2026-11-27 with the shared verdict rule, after the 2026-11-23 m
          "2026-11-26 mnist_fixed runs")
 ACCURACY = "mean online accuracy over the first test_steps examples of test_episodes episodes"
 STEP = 0.02  # the smallest difference in mean online accuracy that counts as "ahead"
+SHOWN = "+.3f"  # how the conclusions print an accuracy effect and its interval
 STEP_SOURCE = ("stated: 2 points of mean online accuracy, about twice the standard error of "
                "one learner's mean over 32 episodes of 100 predictions (0.5 / sqrt(3,200) = "
                "0.009); the paper reports accuracy curves, no margin")
@@ -888,20 +890,6 @@ def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
     return summary(metrics, configure(**parameters))
 
 
-def said(claim: dict[str, Any]) -> str:
-    """A judged claim's verdict with its evidence, as the conclusions state it."""
-    text = claim["verdict"]
-    if claim["ci"] is not None:
-        text += (f" (effect {claim['effect']:+.3f} [{claim['ci'][0]:+.3f}, "
-                 f"{claim['ci'][1]:+.3f}], p = {claim['p']:.3g}, n = {claim['n']}")
-        if claim["units_to_decide"]:
-            text += f"; about {claim['units_to_decide']} seeds would decide it"
-        text += ")"
-    elif claim["n"] == 1:
-        text += f" (effect {claim['effect']:+.3f} on 1 seed: one seed never decides)"
-    return text
-
-
 def describe(metrics: dict[str, Any], setup: Setup) -> str:
     """The conclusions, as Markdown, from :func:`verdict`'s numbers and the claims
     :func:`summary` judges from them."""
@@ -925,8 +913,8 @@ def describe(metrics: dict[str, Any], setup: Setup) -> str:
     skipped = (f" Not in the data cache, so not meta-tested: {', '.join(setup.skipped)}."
                if setup.skipped else "")
     per_task = "\n".join(
-        f"| {t} | {said(judged[f'above_chance_{t}'])} | "
-        f"{said(judged[f'beats_sgd_and_adam_early_{t}'])} |" for t in unseen)
+        f"| {t} | {said(judged[f'above_chance_{t}'], SHOWN)} | "
+        f"{said(judged[f'beats_sgd_and_adam_early_{t}'], SHOWN)} |" for t in unseen)
     text = f"""
 Mean online accuracy over the first {setup.test_steps} examples of {setup.test_episodes}
 episodes per task; for VS-ML and the Meta-RNN the mean ± standard deviation over
@@ -954,7 +942,7 @@ the best tuned online SGD/Adam early in the stream** (by at least {STEP}), per t
 {per_task}
 
 **(3) Generalises better than the Meta-RNN:
-{said(judged['generalises_better_than_meta_rnn'])}.** Mean over the learnable unseen tasks:
+{said(judged['generalises_better_than_meta_rnn'], SHOWN)}.** Mean over the learnable unseen tasks:
 VS-ML {m['mean_vsml_accuracy']:.3f}, Meta-RNN {m['mean_meta_rnn_accuracy']:.3f}. Both must
 have meta-trained for this to mean anything: the final meta-training loss on
 {setup.meta_dataset} (chance ln {setup.classes} = {np.log(setup.classes):.3f}) was
@@ -991,10 +979,10 @@ its held-out test split: VS-ML {m[f'{seen}_vsml_accuracy']:.3f}, Meta-RNN
 {lines}
 
 **(a) VS-ML's learned algorithm transfers (at least chance + {ABOVE_CHANCE}):
-{said(judged['vsml_transfers'])}. (b) The Meta-RNN does worse on the unseen datasets than
-on held-out {seen} (by at least {STEP}): {said(judged['meta_rnn_worse_on_unseen'])}.
+{said(judged['vsml_transfers'], SHOWN)}. (b) The Meta-RNN does worse on the unseen datasets than
+on held-out {seen} (by at least {STEP}): {said(judged['meta_rnn_worse_on_unseen'], SHOWN)}.
 (c) It does worse than VS-ML there (by at least {STEP}):
-{said(judged['meta_rnn_worse_than_vsml_on_unseen'])}.** The three are one family. The
+{said(judged['meta_rnn_worse_than_vsml_on_unseen'], SHOWN)}.** The three are one family. The
 baselines' drop is how much harder the unseen dataset is for learners that were never
 meta-trained; a meta-learner that dropped by more than that lost some of what it learned to
 the meta-training dataset.
@@ -1015,8 +1003,8 @@ def _describe_sweep(m: dict[str, Any], setup: Setup) -> str:
         claims = {c["name"]: c for c in decide(_transfer_claims(
             m, lambda t: r[f"{t}_accuracy_per_seed"]))}
         return (f"| {lr}{chosen} | {r['meta_loss_end']:.3f} | {r['validation_loss']:.3f} | "
-                f"{accuracies} | {said(claims['meta_rnn_worse_on_unseen'])} | "
-                f"{said(claims['meta_rnn_worse_than_vsml_on_unseen'])} |")
+                f"{accuracies} | {said(claims['meta_rnn_worse_on_unseen'], SHOWN)} | "
+                f"{said(claims['meta_rnn_worse_than_vsml_on_unseen'], SHOWN)} |")
 
     rows = "\n".join(row(lr, r) for lr, r in m["meta_rnn_sweep"].items())
     header = (f"| step size | final meta-training loss | validation loss | Meta-RNN: {seen} "

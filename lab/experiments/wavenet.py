@@ -46,7 +46,7 @@ from lab.models.wavenet import (
     sample_cached,
     sample_naive,
 )
-from lab.runs.claims import GREATER, LESS, PAIRED, THRESHOLD, Declaration, declarations, judge
+from lab.runs.claims import GREATER, LESS, PAIRED, THRESHOLD, Declaration, declarations, judge, said
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.train import wavenet as train
@@ -929,20 +929,8 @@ def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
 
 def describe(m: dict[str, Any], setup: Setup, preset: str = "default") -> str:
     """This run's verdicts as Markdown, one line per claim, every number from ``m``."""
-    lines = []
-    for c in summary(m, setup, preset)["claims"]:
-        line = f"- **{c['name']}: {c['verdict']}**: {c['statement']}"
-        if c["n"] and c["ci"] is not None:
-            line += (f" (effect {c['effect']:.3g} [{c['ci'][0]:.3g}, {c['ci'][1]:.3g}] in the "
-                     f"claim's direction, n = {c['n']} {c['unit'].split(' (')[0]}s, "
-                     f"p = {c['p']:.3g}")
-            if c["units_to_decide"]:
-                line += f"; about {c['units_to_decide']} would decide it"
-            line += ")"
-        elif c["to_remake"]:
-            line += f" ({c['to_remake']})"
-        lines.append(line)
-    return "\n".join(lines)
+    return "\n".join(f"- **{c['name']}: {said(c)}**: {c['statement']}"
+                     for c in summary(m, setup, preset)["claims"])
 
 
 def curves(teachers: dict[str, dict], students: dict[str, dict],

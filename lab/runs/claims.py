@@ -50,7 +50,7 @@ WEAKLY = "weakly"  # retired: read from runs recorded before the shared rule, ne
 RESERVED = ("study", "claims", "headline")
 __all__ = ["CHECK", "GREATER", "LESS", "PAIRED", "THRESHOLD", "FAILS", "HOLDS", "INCONCLUSIVE",
            "SMALLER", "TOO_SMALL", "UNTESTED", "VERDICTS", "Declaration", "judge", "summary",
-           "claims_of", "headline_of", "study_of", "fmt", "plural", "declarations"]
+           "claims_of", "headline_of", "study_of", "fmt", "plural", "declarations", "said"]
 
 
 def declarations(*claims: Declaration) -> dict[str, Declaration]:
@@ -191,6 +191,40 @@ def criterion(claim: dict[str, Any]) -> str:
     if claim.get("family"):
         line += f"; family {claim['family']}"
     return line + f"; declaration {claim['declaration']}"
+
+
+def said(claim: dict[str, Any], spec: str = "+.3g") -> str:
+    """A judged claim's verdict with its evidence in one phrase, for a notebook's sentences
+    (``spec`` formats the effect and its interval):
+
+        inconclusive (effect +0.31 [+0.2, +0.4], p = 0.25, n = 3; about 6 units would
+        decide it)
+
+    A claim below its smallest budget says what it measured and what would decide it; a
+    check, its units; a claim the run could not measure, what would re-make it."""
+    text = claim["verdict"]
+    if claim.get("verdict") == TOO_SMALL and claim.get("measured_verdict"):
+        text += (f" (measured: {claim['measured_verdict']}; deciding it needs "
+                 f"{fmt(claim.get('decidable_at'))} {claim.get('budget_unit') or ''}, this "
+                 f"run had {fmt(claim.get('budget'))})")
+        return text  # the evidence is on the claims page; what it would take is said here
+    if claim.get("values") is None:
+        return text + (f" ({claim['to_remake']})" if claim.get("to_remake") else "")
+    n, effect, ci = claim.get("n") or 0, claim.get("effect"), claim.get("ci")
+    if claim.get("comparison") == CHECK:
+        side = "<=" if claim.get("direction") == LESS else ">="
+        values = claim["values"]
+        shown = ", ".join(fmt(v) for v in values[:6]) + (f" and {n - 6} more" if n > 6 else "")
+        return text + f" (a check, each {side} {fmt(claim.get('threshold'))}: {shown})"
+    if ci is None:
+        if effect is None:
+            return text
+        return text + f" (effect {effect:{spec}} on one unit: one unit never decides)"
+    text += (f" (effect {effect:{spec}} [{ci[0]:{spec}}, {ci[1]:{spec}}], "
+             f"p = {claim['p']:.3g}, n = {n}")
+    if claim.get("units_to_decide"):
+        text += f"; about {claim['units_to_decide']} units would decide it"
+    return text + ")"
 
 
 def verdict_lines(claims: list[dict[str, Any]], *, numbers: bool = False) -> str:
