@@ -24,7 +24,6 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
-from lab.runs.runner import OK, PRUNED, environ, run_notebook
 from lab.sweeps import study as studies
 from lab.sweeps.phases import SWEEP_ENV
 from lab.sweeps.spec import SweepSpec, quantize
@@ -84,6 +83,10 @@ def run_trial(study: optuna.Study, storage: RDBStorage, trial: optuna.Trial, tri
     trial.set_user_attr("parameters", values)
     env = {"storage": storage_url, "study": spec.name, "trial": trial.number,
            "phases": spec.phases}
+    # the runner brings nbformat and papermill (seconds of imports): only a trial needs them,
+    # not a kernel that samples configurations (notebooks 05 and 08 import this module)
+    from lab.runs.runner import OK, PRUNED, environ, run_notebook
+
     start = time.monotonic()
     with environ(**{SWEEP_ENV: json.dumps(env)}):
         try:
