@@ -1,6 +1,7 @@
 """Host GA3C and A3C: queue batching, lag bookkeeping, sampling, and threads that end on
 every exit path (a run's end, an error in a thread, Ctrl-C)."""
 
+import functools
 import queue
 import threading
 import time
@@ -199,36 +200,108 @@ def test_random_walk_reverts_a_worse_window_keeps_a_better_one_and_compares_with
     assert walk.judge(9.0) is True  # a tie keeps the move (reverts only on fewer)
 
 
-def test_adjuster_waits_then_judges_each_window_on_a_fake_clock_and_throughput():
-    """Trainings accrue at ``rate(counts)`` per fake second; the driver ticks every second."""
+class FakeServer:
+    """Trainings accrue each fake second at ``rate(agents, predictors, trainers)`` times
+    1 + 0.3 of a normal draw from its own generator: two servers with one seed give the same
+    trainings for the same counts at the same second."""
+
+    def __init__(self, seed, counts=(2, 1, 1)):
+        self.t, self.done, self.counts = 0.0, 0.0, counts
+        self.noise = np.random.default_rng(seed)
+
+    @staticmethod
     def rate(counts):
         agents, predictors, trainers = counts
         return 10.0 * min(agents, 6) - 3.0 * (predictors + trainers)  # best: 6+ agents, 1/1
 
-    clock = {"t": 0.0, "done": 0.0, "counts": (2, 1, 1)}
-    applied = []
+    def second(self):
+        self.t += 1.0
+        self.done += max(0.0, self.rate(self.counts) * (1 + 0.3 * self.noise.standard_normal()))
+
+    def sleep(self, seconds):
+        before = self.done
+        for _ in range(int(seconds)):
+            self.second()
+        return self.done - before
+
+
+def reference_run(server, draws, initial_wait, step_wait, windows):
+    """NVlabs/GA3C's ``ThreadDynamicAdjustment.run``, re-stated line by line on a fake clock
+    (``time.sleep`` advances ``server``; ``draws()`` stands for ``np.random.randint(3,
+    size=3)``; the trainers count ``temporal_training_count``). Returns, per window, the
+    counts it ran (agents, predictors, trainers) and whether the move was kept."""
+    trainer_count, predictor_count, agent_count = 1, 1, 2
+    temporal_training_count = server.sleep(initial_wait)  # counted from start-up
+    decisions = []
+    while len(decisions) < windows:
+        old = trainer_count, predictor_count, agent_count
+        direction = draws() - 1  # random_walk
+        trainer_count = max(1, trainer_count - direction[0])
+        predictor_count = max(1, predictor_count - direction[1])
+        agent_count = max(1, agent_count - direction[2])
+        if (trainer_count, predictor_count, agent_count) == old:
+            continue
+        old_count = temporal_training_count
+        server.counts = (agent_count, predictor_count, trainer_count)  # enable_disable
+        temporal_training_count = server.sleep(step_wait)
+        ran = server.counts
+        if temporal_training_count < old_count:
+            trainer_count, predictor_count, agent_count = old
+        decisions.append((ran, temporal_training_count >= old_count))
+    return decisions
+
+
+def adjusted_run(server, rng, initial_wait, step_wait, windows):
+    """``_adjuster`` on the same fake clock, ticked every fake second: the same rows."""
+    walk, trace = ga3c.RandomWalk(server.counts, rng), []
+
+    def apply(counts):
+        server.counts = counts
+
+    tick = ga3c._adjuster(walk, ga3c.Adjustment(step_wait=step_wait, initial_wait=initial_wait),
+                          lambda: (server.t, server.done), apply, trace)
+    while len(trace) < windows + 1:
+        server.second()
+        tick()
+    return trace
+
+
+def test_adjuster_decides_every_window_as_the_reference_does_the_first_included():
+    differs_by_rate = 0
+    for seed in range(100):
+        reference = reference_run(FakeServer(seed), functools.partial(
+            np.random.default_rng(1000 + seed).integers, 3, size=3), 10, 20, windows=29)
+        trace = adjusted_run(FakeServer(seed), np.random.default_rng(1000 + seed), 10, 20, 29)
+        rows = np.array(trace)
+        assert rows[0, 0] == 10.0 and rows[0, 5] == 1.0  # the initial wait: no move yet
+        assert np.allclose(np.diff(rows[:, 0]), 20.0)  # windows of exactly step_wait
+        ours = [(tuple(int(c) for c in row[1:4]), bool(row[5])) for row in rows[1:]]
+        assert ours == reference, f"seed {seed}"
+        # the first move: its 20-s count against the 10 s since start-up (rate x seconds)
+        assert ours[0][1] == bool(rows[1, 4] * 20 >= rows[0, 4] * 10)
+        differs_by_rate += ours[0][1] != bool(rows[1, 4] >= rows[0, 4])
+    assert differs_by_rate > 10  # where comparing rates (our rule before) decided otherwise
+
+
+def test_adjuster_climbs_a_fake_throughput_landscape_and_applies_what_it_runs():
+    server, applied = FakeServer(0), []
+    walk, trace = ga3c.RandomWalk((2, 1, 1), np.random.default_rng(3)), []
 
     def apply(counts):
         applied.append(counts)
-        clock["counts"] = counts
+        server.counts = counts
 
-    walk = ga3c.RandomWalk((2, 1, 1), np.random.default_rng(3))
-    trace = []
     tick = ga3c._adjuster(walk, ga3c.Adjustment(step_wait=20, initial_wait=10),
-                          lambda: (clock["t"], clock["done"]), apply, trace)
+                          lambda: (server.t, server.done), apply, trace)
+    waits = []
     for _ in range(10 + 20 * 60):
-        clock["t"] += 1.0
-        clock["done"] += rate(clock["counts"])
-        tick()
+        server.second()
+        waits.append(tick())
     rows = np.array(trace)
-    assert rows[0].tolist() == [10.0, 2, 1, 1, rate((2, 1, 1)), 1.0]  # the initial wait
-    assert np.allclose(np.diff(rows[:, 0]), 20.0) and len(rows) == 61
-    for before, row in zip(rows[:-1], rows[1:], strict=False):  # each window: its own rate,
-        assert np.isclose(row[4], rate(tuple(int(c) for c in row[1:4])))  # kept unless lower
-        assert row[5] == float(row[4] >= before[4])
-    assert len(applied) == 61 and rows[:, 1:4].min() >= 1
+    assert len(rows) == 61 and len(applied) == 61 and rows[:, 1:4].min() >= 1
     assert rows[1:, 1:4].tolist() == [list(c) for c in applied[:-1]]  # it ran what it applied
-    assert rate(walk.counts) > rate((2, 1, 1))  # climbed on this landscape
+    assert waits[:3] == [9.0, 8.0, 7.0] and waits[9] == 20.0  # seconds until it is due
+    assert FakeServer.rate(walk.counts) > FakeServer.rate((2, 1, 1))  # climbed
 
 
 @pytest.mark.slow

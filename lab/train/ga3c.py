@@ -36,13 +36,16 @@ predictors, trainers: each -1, 0 or +1 with equal chance, none below 1; a draw t
 nothing is drawn again), apply it, count the trainings for ``step_wait`` seconds
 (``DYNAMIC_SETTINGS_STEP_WAIT`` = 20 s), and revert the move when that window trained less
 than the window before it; then the next move, for the whole run (``RandomWalk`` is the rule,
-``_adjuster`` drives it). Deviations: windows are compared by trainings per *second* rather
-than by count, so the first window is compared with the initial wait's rate (the reference
-compares a 20-s count with the count since start-up, which keeps almost every first move);
-windows end on the driver's tick (every ``min(every, step_wait)`` seconds), so their length
-varies by up to a tick, which rates absorb; ``limits`` can cap the counts (the reference has no
-cap; default none). After a reverted window the baseline is that rejected window's rate, as in
-the reference.
+``_adjuster`` drives it). As in the reference, windows are compared by their *counts* of
+trainings, and the first window's baseline is the count since start-up (the initial wait and
+whatever start-up cost: with the defaults a 20-s count against a 10-s one, so almost every
+first move is kept); after a reverted window the baseline is that rejected window's count;
+the draw is the reference's (``integers(3) - 1`` per count, subtracted). Deviations: the
+driver wakes at each window's end (``_drive`` sleeps at most until the adjuster is due), so
+a window lasts ``step_wait`` to within the threads' scheduling (the reference sleeps
+``step_wait`` after adding or removing threads, which it times inside the window before);
+``limits`` can cap the counts (the reference has no cap; default none); the generator is a
+seeded ``numpy`` Generator, not the global ``np.random``.
 Threads follow one pattern: a ``threading.Event`` to stop, every ``Queue.get`` bounded by a
 timeout, an exception in any thread is kept and re-raised by the caller once every thread
 has been joined, and every thread is joined on every exit path (Stop, an error, Ctrl-C).
@@ -384,17 +387,19 @@ def _result(params: Params, stats: Stats, trace: list) -> Result:
 
 
 def _drive(threads: Threads, stats: Stats, *, env_steps: int | None, seconds: float | None,
-           callback: Callable | None, every: float, tick: Callable[[], None] | None = None
+           callback: Callable | None, every: float, tick: Callable[[], float] | None = None
            ) -> None:
     """Wait until ``env_steps`` or ``seconds`` is reached, a thread fails, or ``callback``
-    returns False; call ``tick`` and ``callback(stats)`` every ``every`` seconds. The
+    returns False; call ``tick`` and ``callback(stats)`` every ``every`` seconds (sooner
+    when ``tick`` returns fewer seconds until it is due). The
     workers are held while the callback runs (it may block: a paused panel), and that time
     is not counted in ``stats.seconds()``."""
     if env_steps is None and seconds is None:
         raise ValueError("give env_steps or seconds: when the run ends")
-    while not threads.stop.wait(every):
-        if tick is not None:
-            tick()
+    wait = every
+    while not threads.stop.wait(wait):
+        # the adjuster says when its window ends: wake then, so each window lasts its length
+        wait = every if tick is None else max(1e-3, min(every, tick()))
         if callback is not None:
             held = time.perf_counter()
             threads.go.clear()
@@ -524,8 +529,8 @@ class Adjustment:
     step_wait: float = 20.0
     """Seconds each move is measured for (``DYNAMIC_SETTINGS_STEP_WAIT``)."""
     initial_wait: float = 10.0
-    """Seconds before the first move (``DYNAMIC_SETTINGS_INITIAL_WAIT``); its rate is the
-    first window's baseline."""
+    """Seconds before the first move (``DYNAMIC_SETTINGS_INITIAL_WAIT``); the trainings
+    counted since start-up are the first move's baseline."""
     limits: tuple[int, int, int] | None = None
     """Most agents, predictors and trainers (None: no cap, as in the reference)."""
 
@@ -541,61 +546,69 @@ class Adjustment:
 @dataclasses.dataclass
 class RandomWalk:
     """The adjustment's rule, without threads or clocks (so a fake throughput can drive
-    it): ``propose()`` moves the counts, ``judge(rate)`` keeps or reverts the move once its
-    window's trainings per second are known (NVlabs/GA3C ``random_walk`` and ``run``)."""
+    it): ``propose()`` moves the counts, ``judge(count)`` keeps or reverts the move once its
+    window's count of trainings is known (NVlabs/GA3C ``random_walk`` and ``run``)."""
 
     counts: tuple[int, int, int]  # agents, predictors, trainers asked for now
     rng: np.random.Generator
     limits: tuple[int, int, int] | None = None
-    previous: float | None = None  # trainings per second of the window before
+    previous: float | None = None  # trainings counted in the window before
     before: tuple[int, int, int] | None = None  # the counts before the move on trial
 
     def propose(self) -> tuple[int, int, int]:
-        """Each count -1, 0 or +1 at random, at least 1 (at most its limit); a draw that
-        changes nothing is drawn again. Returns the new counts."""
+        """The reference's draw: a direction of -1, 0 or +1 per count (``integers(3) - 1``,
+        for trainers, predictors and agents in that order), subtracted, none below 1 (nor above its limit); a draw that changes nothing is
+        drawn again at once. Returns the new counts."""
         top = self.limits or (np.inf,) * 3
         while True:
-            step = self.rng.integers(-1, 2, size=3)
-            new = tuple(int(min(max(1, c + d), t))
-                        for c, d, t in zip(self.counts, step, top, strict=True))
+            # the reference's order: trainers, predictors, agents (ours: agents first)
+            direction = (self.rng.integers(3, size=3) - 1)[::-1]
+            new = tuple(int(min(max(1, c - d), t))
+                        for c, d, t in zip(self.counts, direction, top, strict=True))
             if new != self.counts:
                 self.before, self.counts = self.counts, new
                 return new
 
-    def judge(self, rate: float) -> bool:
-        """The move's window trained ``rate`` per second: revert it if that is below the
-        window before (ties keep it, as the reference's ``cur_count < old_count``). This
+    def judge(self, count: float) -> bool:
+        """The move's window trained ``count`` times: revert it if that is fewer than the
+        window before (the reference's ``cur_count < old_count``: ties keep it). This
         window becomes the next one's baseline either way. Returns whether it was kept."""
-        kept = self.previous is None or rate >= self.previous
+        kept = self.previous is None or count >= self.previous
         if not kept:
             self.counts = self.before
-        self.previous = rate
+        self.previous = count
         return kept
 
 
 def _adjuster(walk: RandomWalk, adjust: Adjustment, reading: Callable[[], tuple[float, int]],
-              apply: Callable[[tuple[int, int, int]], None], trace: list) -> Callable[[], None]:
+              apply: Callable[[tuple[int, int, int]], None], trace: list
+              ) -> Callable[[], float]:
     """The adjustment as a ``tick`` for ``_drive``: ``reading()`` gives (seconds, trainings
     so far), ``apply(counts)`` makes the thread pools that size. After ``initial_wait`` the
-    first move; at the end of each ``step_wait`` window the verdict on the move and the next
-    move. Each window is a row of ``trace`` (``Result.trace``'s columns)."""
+    first move, its baseline every training since this was made (start-up); at the end of
+    each ``step_wait`` window the verdict on the move, by count, and the next move. Each
+    window is a row of ``trace`` (``Result.trace``'s columns: the rate is shown, the count
+    decides). A tick returns the seconds until the window ends, for the driver's sleep."""
     since, done = reading()
     state = {"since": since, "trainings": done, "window": adjust.initial_wait, "first": True}
 
-    def tick():
+    def tick() -> float:
         now, trainings = reading()
-        if now - state["since"] < state["window"]:
-            return
-        rate = (trainings - state["trainings"]) / max(now - state["since"], 1e-9)
+        left = state["window"] - (now - state["since"])
+        if left > 0:
+            return left
+        count = trainings - state["trainings"]
+        rate = count / max(now - state["since"], 1e-9)
         during = walk.counts
-        if state["first"]:
-            walk.previous, kept = rate, True
+        if state["first"]:  # no move yet: the count since start-up is the first baseline
+            walk.previous, kept = count, True
         else:
-            kept = walk.judge(rate)
+            kept = walk.judge(count)
         trace.append((now, *during, rate, float(kept)))
         apply(walk.propose())
         state["since"], state["trainings"] = reading()
         state["window"], state["first"] = adjust.step_wait, False
+        return state["window"]
 
     return tick
 
