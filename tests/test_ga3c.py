@@ -306,12 +306,14 @@ def test_adjuster_climbs_a_fake_throughput_landscape_and_applies_what_it_runs():
 
 @pytest.mark.slow
 def test_stop_ends_an_adjusted_run_within_one_window_and_joins_every_thread():
+    """Stop during a 30-s window: the run ends without finishing it (the bound is the
+    window itself, generous on a busy machine: joining the threads takes a second or two)."""
     before = threads_now()
-    adjust = ga3c.Adjustment(step_wait=2.0, initial_wait=0.2)
+    adjust = ga3c.Adjustment(step_wait=30.0, initial_wait=0.2)
     stopped = []
 
     def stop_after(stats):
-        if stats.seconds() < 2.5:
+        if stats.seconds() < 1.0:
             return True
         stopped.append(stats.seconds())
         return False  # Stop
@@ -320,5 +322,5 @@ def test_stop_ends_an_adjusted_run_within_one_window_and_joins_every_thread():
                  callback=stop_after)
     assert len(stopped) == 1 and r.seconds - stopped[0] < adjust.step_wait
     assert threads_now() == before
-    assert len(r.trace) >= 2 and r.trace[0, 0] >= 0.2 and r.trace[:, 1:4].min() >= 1
+    assert len(r.trace) == 1 and r.trace[0, 0] >= 0.2 and r.trace[:, 1:4].min() >= 1
     assert r.trace[-1, 0] <= stopped[0]  # no window judged after Stop

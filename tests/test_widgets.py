@@ -63,7 +63,10 @@ def test_panel_shows_the_experiments_own_error_beside_its_control():
 
 
 def test_panel_runs_in_a_thread_and_keeps_the_result():
+    release = threading.Event()  # the run goes on only after the second run() was refused
+
     def train(values, report):
+        release.wait(WAIT)
         for i in range(values["steps"]):
             time.sleep(0.01)
             if not report((i + 1) / values["steps"], list(range(i + 1))):
@@ -73,6 +76,7 @@ def test_panel_runs_in_a_thread_and_keeps_the_result():
     panel = _panel(train)
     assert panel.run() is True
     assert panel.run() is False  # one run at a time
+    release.set()
     assert panel.wait(WAIT), "the run did not end"
     assert panel.state == "done" and panel.result == "trained a"
     assert panel.draws >= 2 and panel.progress.value == 1.0
