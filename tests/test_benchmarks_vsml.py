@@ -40,3 +40,8 @@ def test_benchmark_vsml_quick_runs():
     out = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
                          text=True, timeout=600, check=True).stdout
     assert "| meta-test 16-32-3 |" in out and "| meta-train ES, population 4 |" in out
+    # XLA's own FLOP count of each meta-test program against the analytic one (the same
+    # matmuls and gates, plus the elementwise work XLA counts its own way): 1.12-1.13 here;
+    # a wrong hand count or a program that does other work would leave this band
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("| meta-test")]
+    assert len(rows) == 2 and all(0.9 <= float(r[-2]) <= 1.5 for r in rows), rows

@@ -119,5 +119,8 @@ def test_mpo_train_learned_model_and_search_acting_run_on_mountain_car():
     task = ControlTask("MountainCarContinuous-v0")
     config = mpo.MPOConfig(**TINY, depth=1, model="learned", search_in="both")
     _, history = mpo.train(config, task, jax.random.split(jax.random.key(0), 1))
-    assert np.all(np.isfinite(history.returns))
-    assert np.all(np.isfinite(history.metrics["model_loss"]))
+    assert history.returns.shape == (1, 3) and np.all(np.isfinite(history.returns))  # 0, 20, 40
+    # the learned model fits the car's deterministic dynamics: its loss falls (0.52 -> 0.21
+    # at this seed); a model left untrained, or trained on the wrong targets, would not
+    loss = np.asarray(history.metrics["model_loss"])[0]
+    assert np.all(np.isfinite(loss)) and loss[-1] < 0.75 * loss[0]

@@ -129,12 +129,23 @@ def test_proxprop_convolution_step_matches_dense_matrix_form():
     assert np.linalg.norm(_flat(step) - dense) / np.linalg.norm(dense) < 1e-8
 
 
-def test_proxprop_runs_on_a_convnet():
+def test_proxprop_on_a_convnet_descends_and_approaches_the_gradient_for_small_tau():
     model = convnet(1, 8, 10, key=jax.random.key(0))
-    x = jax.random.normal(jax.random.key(1), (4, 1, 8, 8))
-    (loss, _), direction = value_and_direction(model, x, jnp.arange(4), cross_entropy,
-                                               ProxProp(1.0, "cg3"))
-    assert np.isfinite(loss) and np.all(np.isfinite(_flat(direction)))
+    model = jax.tree.map(lambda a: a.astype(jnp.float64) if eqx.is_array(a) else a, model)
+    x = jax.random.normal(jax.random.key(1), (4, 1, 8, 8), jnp.float64)
+    y = jnp.arange(4)
+    (loss, _), grads = value_and_direction(model, x, y, cross_entropy, ProxProp(1.0, "gradient"))
+    _, direction = value_and_direction(model, x, y, cross_entropy, ProxProp(1.0, "cg3"))
+    assert _flat(direction) @ _flat(grads) > 0  # a descent direction on the conv layers too
+    stepped = eqx.apply_updates(model, jax.tree.map(lambda d: -1e-3 * d, direction))
+    assert cross_entropy(jax.vmap(stepped)(x), y)[0] < loss
+    tau = 1e-8  # the deviation is O(tau ||J^T J||): a convolution sums over positions
+    _, small = value_and_direction(model, x, y, cross_entropy, ProxProp(tau, "cg3"))
+    convs = [i for i, layer in enumerate(model.layers) if isinstance(layer, eqx.nn.Conv2d)]
+    assert convs  # the proximal step on each convolution: tau times the gradient, tau -> 0
+    for i in convs:
+        np.testing.assert_allclose(_flat(small.layers[i]) / tau, _flat(grads.layers[i]),
+                                   rtol=1e-3, atol=1e-6)
 
 
 @pytest.mark.parametrize("kwargs, message", [

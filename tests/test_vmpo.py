@@ -65,6 +65,11 @@ def test_vmpo_update_duals_positive_and_policy_changes(setup):
     for x in after.duals:
         assert np.all(np.isfinite(x)) and np.all(dual(x) > 0)
     assert not np.array_equal(before.duals.temperature, after.duals.temperature)
+    # at the first update the target is the policy: each KL is 0, below its epsilon, so each
+    # multiplier's loss alpha (epsilon - KL) falls with alpha and Adam lowers it (a dual with
+    # the sign flipped would raise it)
+    for name in ("alpha_mean", "alpha_stddev"):
+        assert np.all(dual(getattr(agents[1].duals, name)) < dual(getattr(before.duals, name)))
     assert all(np.all(np.isfinite(x)) for x in _arrays(after.policy))
     assert not _equal(before.policy, after.policy)
     assert not _equal(before.value, after.value)
