@@ -557,8 +557,9 @@ class RandomWalk:
 
     def propose(self) -> tuple[int, int, int]:
         """The reference's draw: a direction of -1, 0 or +1 per count (``integers(3) - 1``,
-        for trainers, predictors and agents in that order), subtracted, none below 1 (nor above its limit); a draw that changes nothing is
-        drawn again at once. Returns the new counts."""
+        for trainers, predictors and agents in that order), subtracted, none below 1 (nor
+        above its limit); a draw that changes nothing is drawn again at once. Returns the
+        new counts."""
         top = self.limits or (np.inf,) * 3
         while True:
             # the reference's order: trainers, predictors, agents (ours: agents first)
