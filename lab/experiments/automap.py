@@ -49,6 +49,7 @@ from lab.runs.claims import (
     declarations,
     judge,
     plural,
+    said,
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
@@ -576,9 +577,7 @@ def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
 
 def describe(m: dict[str, Any], setup: Setup) -> str:
     """Each claim's verdict with its evidence, as Markdown lines (every number from ``m``)."""
-    from lab.experiments.sequence_parallel import evidence
-
-    return "\n".join(f"- **{c['name']}: {c['verdict']}.** {c['statement']}: {evidence(c)}."
+    return "\n".join(f"- **{c['name']}: {said(c)}.** {c['statement']}."
                      for c in summary(m, setup)["claims"])
 
 

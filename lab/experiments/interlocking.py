@@ -510,20 +510,29 @@ QUOTE = ("These strategies preserve many of the compute-efficiency advantages of
 SOURCE = "Gomez et al. 2022 (JMLR 23(171)), Abstract"
 WHAT = {"images": ("Fashion-MNIST, 4-component ResNet", "test accuracy", GREATER),
         "text": ("character LM of The Devil's Dictionary", "test bits per character", LESS)}
-VARIANTS = tuple(f"{base}{mode}" for base in ("pairwise", "3wise")
-                 for mode in ("", "_sum", "_mean"))  # every interlocking rule of K = 4
+# the paper's interlocking rules of K = 4 (n-wise, each component's loss through the next
+# n - 1 components: the released code's only mode); the "-sum" and "-mean" modes are in the
+# released code only as skipped tests: extensions, each a claim of its own in a family of its
+# own (rules tried together are corrected together, the paper's apart from ours)
+PAPER_VARIANTS = ("pairwise", "3wise")
+EXTENSIONS = tuple(f"{base}{mode}" for base in PAPER_VARIANTS for mode in ("_sum", "_mean"))
+VARIANTS = PAPER_VARIANTS + EXTENSIONS
 DECLARED_AFTER = ("the shared rule's per-seed (per-repeat) criterion, one claim per rule with "
                   "Holm in each task's family, on 2026-11-27 after the 2026-11-24 and "
-                  "2026-11-26 runs (results/11_*); the half-way line itself was declared "
-                  "2026-11-24, before them")
+                  "2026-11-26 runs (results/11_*); the families split into the paper's rules "
+                  "and the extensions later that day (issue 56), after the same runs; the "
+                  "half-way line itself was declared 2026-11-24, before them")
+EXTENSION = "Extension (a mode the released code ships only in skipped tests): "
 
 
 def _declarations(task_name: str, variant: str) -> tuple[Declaration, Declaration]:
     data, metric, direction = WHAT[task_name]
     rule = variant.replace("3wise", "3-wise").replace("_", "-")
+    ours = "" if variant in PAPER_VARIANTS else "_extensions"
+    prefix = "" if variant in PAPER_VARIANTS else EXTENSION
     accuracy = Declaration(
         name=f"recovers_accuracy_{task_name}_{variant}",
-        statement=f"{rule} recovers at least half of the gap between local and global "
+        statement=f"{prefix}{rule} recovers at least half of the gap between local and global "
                   f"learning's final {metric}: {data}",
         quote=QUOTE, source=SOURCE,
         unit="seed (one initialisation and batch order, shared by every rule)",
@@ -535,10 +544,10 @@ def _declarations(task_name: str, variant: str) -> tuple[Declaration, Declaratio
                               "half of the gap between local and global learning (the "
                               "criterion since 2026-11-24); the half-way line is the claimed "
                               "size, so any effect past it counts. The paper gives no share",
-        family=f"recovers_accuracy_{task_name}", declared_after=DECLARED_AFTER)
+        family=f"recovers_accuracy_{task_name}{ours}", declared_after=DECLARED_AFTER)
     speed = Declaration(
         name=f"near_local_time_{task_name}_{variant}",
-        statement=f"{rule}'s time per batch on 4 pipelined devices (the schedule model fed "
+        statement=f"{prefix}{rule}'s time per batch on 4 pipelined devices (the schedule model fed "
                   f"with op times measured on this machine) is closer to local learning's "
                   f"than to global learning's: {data}",
         quote=QUOTE, source=SOURCE,
@@ -550,7 +559,8 @@ def _declarations(task_name: str, variant: str) -> tuple[Declaration, Declaratio
         minimum_effect_source="stated: 'preserve many of the compute-efficiency advantages' "
                               "is read as closer to local than to global (the criterion "
                               "since 2026-11-24); the half-way line is the claimed size",
-        family=f"near_local_time_{task_name}", declared_after=DECLARED_AFTER, timing=True)
+        family=f"near_local_time_{task_name}{ours}", declared_after=DECLARED_AFTER,
+        timing=True)
     return accuracy, speed
 
 
