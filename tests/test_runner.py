@@ -257,3 +257,23 @@ def test_report_embeds_widget_state(tmp_path):
     html = result.report.read_text()
     assert "application/vnd.jupyter.widget-state+json" in html
     assert "IntSliderModel" in html
+
+
+def test_kernels_talk_over_unix_sockets_and_listen_on_no_channel_port(tmp_path, capfd):
+    """The runner's kernels use IPC transport: their five channels are Unix sockets, so the
+    kernel warns of no unencrypted TCP. The one TCP listener left is ipykernel's own IOPub
+    pipe (127.0.0.1, for forked children's output; ipykernel binds it whatever the
+    transport), and the test checks it is the only one."""
+    code = ("import os, psutil\nfrom ipykernel.kernelapp import IPKernelApp\n"
+            "from lab.experiments import record\napp = IPKernelApp.instance()\n"
+            "ports = [c.laddr.port for c in psutil.Process(os.getpid()).net_connections("
+            "kind='inet') if c.status == psutil.CONN_LISTEN]\n"
+            "record(transport=app.transport, ports=ports, pipe=app.iopub_thread._pipe_port, "
+            "unix=len(psutil.Process(os.getpid()).net_connections(kind='unix')))")
+    path = write_notebook(tmp_path / "sockets.ipynb", "x = 1", code)
+    result = run_notebook(path, out=tmp_path / "reports", progress=False)
+    assert result.status == "ok", result.error
+    m = result.metrics
+    assert m["transport"] == "ipc" and m["unix"] >= 5  # shell, iopub, stdin, control, hb
+    assert set(m["ports"]) <= {m["pipe"]}
+    assert "without encryption" not in capfd.readouterr().err

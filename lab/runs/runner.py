@@ -33,10 +33,13 @@ in a worker process of its own, its kernel limited to its share of the cores
 (:func:`kernel_environment`); a notebook whose experiment declares a timing claim runs with
 no other kernel beside it, on every core (:func:`times_its_claims`; provenance.json records
 ``alone``), so that its timing verdicts do not depend on ``--jobs``. Every kernel uses JAX's
-persistent compilation cache (:func:`compile_cache_dir`).
+persistent compilation cache (:func:`compile_cache_dir`) and talks to the runner over Unix
+sockets (:class:`IPCKernelManager`), not TCP ports.
 """
 
+import atexit
 import base64
+import functools
 import hashlib
 import html
 import json
@@ -45,6 +48,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -53,7 +57,9 @@ from typing import Any, NamedTuple
 
 import nbformat
 import papermill
+from jupyter_client.manager import AsyncKernelManager
 from papermill.exceptions import PapermillExecutionError
+from traitlets import CaselessStrEnum, default
 
 from lab.runs import kernel as run_kernel
 from lab.runs.inputs import changed, complete, dependencies_digest, fingerprint, refresh
@@ -319,6 +325,27 @@ def kernel_environment(jobs: int = 1, cores: int | None = None) -> dict[str, str
     return env
 
 
+@functools.cache
+def _socket_folder() -> Path:
+    """One temporary folder per process for its kernels' Unix sockets (short paths: a
+    socket's path must fit in about 100 characters), removed when the process ends."""
+    folder = Path(tempfile.mkdtemp(prefix="lab-kernels-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+class IPCKernelManager(AsyncKernelManager):
+    """The runner's kernels talk over Unix sockets, not TCP: nothing listens on a port (any
+    local user could connect to one on 127.0.0.1), and the kernel prints no warning about
+    unencrypted TCP. Each kernel's sockets are ``<socket folder>/<random>-<n>``."""
+
+    transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+
+    @default("ip")
+    def _ip_default(self) -> str:
+        return str(_socket_folder() / uuid.uuid4().hex[:12])
+
+
 def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *,
                  raw: dict[str, str] | None = None, out: str | Path = "reports",
                  timeout: int | None = None, hide_code: bool = False,
@@ -357,7 +384,7 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
         with environ(**(kernel_env or {}), **{RUN_DIR_ENV: str(folder.resolve())}):
             papermill.execute_notebook(  # the prepared notebook: parameters are injected
                 str(executed), str(executed), kernel_name=kernel,
-                cwd=str(folder), progress_bar=progress,
+                cwd=str(folder), progress_bar=progress, kernel_manager_class=IPCKernelManager,
                 execution_timeout=timeout or cell_timeout(parameters.get("preset")))
     except PapermillExecutionError as err:
         interrupted = err.ename == "KeyboardInterrupt"
