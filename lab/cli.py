@@ -36,6 +36,7 @@ from lab.runs.runner import (
     offers,
     run_all,
     run_notebook,
+    stop_on_signals,
     write_prepared,
 )
 
@@ -206,6 +207,7 @@ def _run(parser, args) -> int:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     options = dict(out=args.out, timeout=args.timeout, hide_code=args.hide_code,
                    progress=not args.no_progress)
+    stop_on_signals()  # SIGTERM as SIGINT: every running notebook recorded as interrupted
     if args.all:
         if args.preset is not None and not any(
                 offers(nb, args.preset) for nb in sorted(args.notebooks.glob("*.ipynb"))):
@@ -230,7 +232,8 @@ def _run(parser, args) -> int:
     for r in results:
         reason = f"  ({r.error})" if r.error else ""
         status = "reused" if r.reused else r.status
-        print(f"{status:>11}  {r.notebook.name}  {r.report}{reason}")
+        where = r.report if r.report.exists() else "(no run folder)"
+        print(f"{status:>11}  {r.notebook.name}  {where}{reason}")
     print(f"index: {args.out / 'index.html'}; claims: {args.out / 'claims.html'}")
     bad = [r for r in results if r.status != OK]
     if not bad:

@@ -277,3 +277,32 @@ def test_kernels_talk_over_unix_sockets_and_listen_on_no_channel_port(tmp_path, 
     assert m["transport"] == "ipc" and m["unix"] >= 5  # shell, iopub, stdin, control, hb
     assert set(m["ports"]) <= {m["pipe"]}
     assert "without encryption" not in capfd.readouterr().err
+
+
+def test_sigterm_to_a_jobs_batch_records_every_running_notebook_interrupted(tmp_path):
+    """`kill` (SIGTERM) to `lab run --all --jobs 2` alone, not its workers: the batch passes
+    it on, each worker records its run as interrupted with its report, nothing stays
+    running, and the command lists them and exits 130."""
+    folder = tmp_path / "notebooks"
+    for name in ("one", "two"):
+        write_notebook(folder / f"{name}.ipynb", "seconds = 3600",
+                       "import pathlib, time\npathlib.Path('sleeping').touch()\n"
+                       "time.sleep(seconds)")
+    out = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "lab", "run", "--all", "--notebooks",
+                             str(folder), "--jobs", "2", "--out", str(out), "--no-progress"],
+                            cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: len(list(out.glob("runs/*/sleeping"))) == 2,
+                 "both notebooks' cells to start (each writes 'sleeping')", poll=0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=WAIT)
+    assert proc.returncode == 130, output
+    folders = run_dirs(out)
+    assert len(folders) == 2, output
+    for run in folders:
+        assert provenance(run)["status"] == "interrupted", output
+        assert (run / "report.html").exists()
+    assert "2 of 2 notebook(s) did not finish" in output

@@ -45,11 +45,13 @@ import html
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -325,6 +327,63 @@ def kernel_environment(jobs: int = 1, cores: int | None = None) -> dict[str, str
     return env
 
 
+# --- stopping on a signal ----------------------------------------------------------------------
+# SIGINT (Ctrl-C) and SIGTERM (a scheduler's time limit, `kill`) stop a run the same way: a
+# KeyboardInterrupt in the main thread, which run_notebook records as "interrupted". While a
+# run is being recorded (report, provenance) a signal is noted, not raised, so that a second
+# Ctrl-C cannot leave a run marked "running"; it is raised when the recording is done.
+_shield = {"depth": 0, "pending": False}
+STOP_WAIT = 120.0  # seconds the workers of a --jobs batch get to record an interrupted run
+
+
+def _on_signal(signum, frame) -> None:
+    if _shield["depth"]:
+        _shield["pending"] = True
+        return
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def stop_on_signals() -> None:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in this process's main thread (SIGTERM's
+    default would end the process before anything is recorded)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _on_signal)
+
+
+@contextmanager
+def recording():
+    """A block that must finish (writing a run's record): signals wait until it has."""
+    _shield["depth"] += 1
+    try:
+        yield
+    finally:
+        _shield["depth"] -= 1
+        if not _shield["depth"] and _shield["pending"]:
+            _shield["pending"] = False
+            raise KeyboardInterrupt("a signal during the recording")
+
+
+def record_unfinished(notebook: Path, out: Path, hide_code: bool = False) -> list[RunResult]:
+    """``notebook``'s runs under ``out`` still marked running (the process that ran them
+    ended before recording the end): each recorded as interrupted, with its report."""
+    found = []
+    for folder in sorted((out / "runs").glob(f"{notebook.stem}-*")):
+        try:
+            run = json.loads((folder / PROVENANCE_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if run.get("status") != RUNNING:
+            continue
+        run |= {"status": INTERRUPTED, "ended": now(),
+                "error": "interrupted: its process ended before it recorded the end"}
+        run.setdefault("inputs", {})
+        with recording():
+            _finish(notebook, folder / notebook.name, folder, out, run, hide_code)
+        found.append(RunResult(notebook, folder, INTERRUPTED, run["error"], run["metrics"]))
+    return found
+
+
 @functools.cache
 def _socket_folder() -> Path:
     """One temporary folder per process for its kernels' Unix sockets (short paths: a
@@ -389,15 +448,16 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
     except PapermillExecutionError as err:
         interrupted = err.ename == "KeyboardInterrupt"
         status, error = (INTERRUPTED if interrupted else FAILED), f"{err.ename}: {err.evalue}"
-    except KeyboardInterrupt:
-        status, error = INTERRUPTED, "interrupted by the user (Ctrl-C)"
+    except KeyboardInterrupt as err:
+        status, error = INTERRUPTED, f"interrupted ({err or 'SIGINT'})"
     except Exception as err:  # a cell timeout, a dead kernel, a kernel that never started
         first_line = (str(err).strip().splitlines() or [""])[0]
         status, error = FAILED, f"{type(err).__name__}: {first_line}"
     finally:
         run |= {"status": status, "error": error, "ended": now(),
                 "duration_s": round(time.monotonic() - start, 2)}
-        _finish(notebook, executed, folder, out, run, hide_code)
+        with recording():
+            _finish(notebook, executed, folder, out, run, hide_code)
     return RunResult(notebook, folder, run["status"], error, run["metrics"])
 
 
@@ -610,6 +670,7 @@ def _run_in_worker(plan: "Plan", kwargs: dict, env: dict[str, str],
                    cores: list[int]) -> RunResult:
     """One notebook in a worker process of its own (cwd and environment are per process,
     and papermill changes both): pinned to ``cores`` when there are several."""
+    stop_on_signals()  # the batch passes SIGINT on; SIGTERM alone would end it unrecorded
     if len(cores) > 1 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)  # the kernel inherits it: XLA sizes its pool by it
     return run_notebook(plan.notebook, resolution=plan.resolution, inputs=plan.inputs,
@@ -671,10 +732,25 @@ def _run_side_by_side(to_run: list[tuple[int, "Plan"]], total: int, jobs: int, f
                     f"{_minutes(provenance_duration(result))}, "
                     f"{_minutes(time.monotonic() - start_time)} elapsed, "
                     f"{len(queue) + len(running)} left")
-    except KeyboardInterrupt:  # the workers got Ctrl-C too: each records its run, interrupted
-        log("interrupted: waiting for the running notebooks to record their runs")
-        pool.shutdown(wait=True, cancel_futures=True)
-        results += [f.result() for f in running if f.done() and f.exception() is None]
+    except KeyboardInterrupt:
+        with recording():
+            log("interrupted: stopping the running notebooks; each records its run")
+            workers = list((getattr(pool, "_processes", None) or {}).values())
+            for worker in workers:  # a terminal's Ctrl-C reached them; a `kill` did not
+                with suppress(OSError):
+                    os.kill(worker.pid, signal.SIGINT)
+            cf.wait(running, timeout=STOP_WAIT)
+            for worker in workers:  # one that did not stop in time is stopped here
+                with suppress(OSError):
+                    worker.kill()
+            for future, (_, plan, _) in running.items():
+                done = future.done() and not future.cancelled() and future.exception() is None
+                results += ([future.result()] if done else record_unfinished(
+                    plan.notebook, Path(kwargs.get("out", "reports")),
+                    kwargs.get("hide_code", False)))
+            results += [RunResult(plan.notebook, Path(kwargs.get("out", "reports")),
+                                  INTERRUPTED, "not started: the batch was interrupted")
+                        for _, plan in queue]
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     return results
