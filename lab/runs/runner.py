@@ -331,7 +331,7 @@ def kernel_environment(jobs: int = 1, cores: int | None = None) -> dict[str, str
 # SIGINT (Ctrl-C) and SIGTERM (a scheduler's time limit, `kill`) stop a run the same way: a
 # KeyboardInterrupt in the main thread, which run_notebook records as "interrupted". While a
 # run is being recorded (report, provenance) a signal is noted, not raised, so that a second
-# Ctrl-C cannot leave a run marked "running"; it is raised when the recording is done.
+# Ctrl-C cannot leave a run marked "running"; a batch then starts no further notebook.
 _shield = {"depth": 0, "pending": False}
 STOP_WAIT = 120.0  # seconds the workers of a --jobs batch get to record an interrupted run
 
@@ -359,9 +359,6 @@ def recording():
         yield
     finally:
         _shield["depth"] -= 1
-        if not _shield["depth"] and _shield["pending"]:
-            _shield["pending"] = False
-            raise KeyboardInterrupt("a signal during the recording")
 
 
 def record_unfinished(notebook: Path, out: Path, hide_code: bool = False) -> list[RunResult]:
@@ -623,7 +620,10 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
                 f"{_estimate(plan.estimate, [p for j, p in to_run if j >= k])}")
             results.append(run_notebook(plan.notebook, resolution=plan.resolution,
                                         inputs=plan.inputs, **kwargs))
-            if results[-1].status == INTERRUPTED:
+            if results[-1].status == INTERRUPTED or _shield["pending"]:  # a signal came
+                results += [RunResult(p.notebook, out, INTERRUPTED,
+                                      "not started: the batch was interrupted")
+                            for j, p in to_run if j > k]
                 break
     else:
         results += _run_side_by_side(to_run, len(plans), jobs, force, start_time, log, kwargs)
