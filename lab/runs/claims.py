@@ -132,6 +132,14 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+def _check(claim: dict[str, Any]) -> tuple[str, str]:
+    """A check's side of its threshold and its first six values (and how many more)."""
+    values = claim["values"]
+    more = f" and {len(values) - 6} more" if len(values) > 6 else ""
+    return ("<=" if claim.get("direction") == LESS else ">=",
+            ", ".join(fmt(v) for v in values[:6]) + more)
+
+
 def evidence(claim: dict[str, Any]) -> str:
     """One line of a claim's evidence as the pages show it beside the verdict:
 
@@ -147,10 +155,8 @@ def evidence(claim: dict[str, Any]) -> str:
                                  if claim.get("to_remake") else "")
     unit = claim.get("unit") or "unit"
     n = claim.get("n") or 0
-    side = "<=" if claim.get("direction") == "less" else ">="
     if claim.get("comparison") == "check":
-        values = claim["values"]
-        shown = ", ".join(fmt(v) for v in values[:6]) + (", ..." if len(values) > 6 else "")
+        side, shown = _check(claim)
         return (f"deterministic check, n = {n}: {shown} (each must be {side} "
                 f"{fmt(claim.get('threshold'))}); no interval")
     effect, ci = claim.get("effect"), claim.get("ci")
@@ -212,9 +218,7 @@ def said(claim: dict[str, Any], spec: str = "+.3g") -> str:
         return text + (f" ({claim['to_remake']})" if claim.get("to_remake") else "")
     n, effect, ci = claim.get("n") or 0, claim.get("effect"), claim.get("ci")
     if claim.get("comparison") == CHECK:
-        side = "<=" if claim.get("direction") == LESS else ">="
-        values = claim["values"]
-        shown = ", ".join(fmt(v) for v in values[:6]) + (f" and {n - 6} more" if n > 6 else "")
+        side, shown = _check(claim)
         return text + f" (a check, each {side} {fmt(claim.get('threshold'))}: {shown})"
     if ci is None:
         if effect is None:
