@@ -6,9 +6,10 @@
 SMOKE = {
     "00_quickstart": {"epochs": 2, "width": 16},
     "01_proxprop": {"epochs": 2, "seeds": 1, "hidden": [32, 16, 32], "lr_grid": [0.1]},
+    # 02: the Meta-RNN at meta_rnn_lr alone (its step-size sweep: tests/test_vsml_experiment.py)
     "02_vsml": {"iterations": 3, "seeds": 1, "steps": 8, "test_steps": 10, "test_episodes": 2,
                 "tasks": ["iris"], "image_tasks": [], "meta_rnn_tasks_per_batch": 2,
-                "meta_rnn_lrs": [1e-2, 3e-2], "backprop_iterations": 3},
+                "meta_rnn_lrs": [], "backprop_iterations": 3},
     "03_sac_ae": {"image_size": 16, "action_repeat": 50, "steps": 40, "init_steps": 20,
                   "eval_every": 20, "eval_episodes": 1, "seeds": 1, "batch_size": 4,
                   "hidden_dim": 16, "num_filters": 4},
@@ -45,12 +46,13 @@ SMOKE = {
                    "searchers": ["greedy", "mcts"], "regime_batch": [8], "regime_length": [32],
                    "regime_budgets": [1.0], "regime_compiles": 3, "exhaustive_limit": 0},
     # 11: the pipeline check runs in benchmarks/interlocking.py's quick test, and the image
-    # task's ResNet there and in tests/test_interlocking*.py: the smoke run takes the text task
+    # task's ResNet there and in tests/test_interlocking*.py: the smoke run takes the text task,
+    # at text_lr (the step-size search is tests/test_interlocking_experiment.py's: 47 -> 30 s)
     "11_interlocking": {"tasks": ["text"], "rules": ["local", "pairwise"], "seeds": 1,
                         "channels": 4, "blocks": 1, "image_steps": 10, "image_batch": 8,
                         "hidden": 16, "length": 16, "text_batch": 4, "text_steps": 10,
                         "eval_every": 5, "eval_examples": 16, "timing_repeats": 1,
-                        "pipeline_batches": 0, "text_lr_select_steps": 5},
+                        "pipeline_batches": 0, "text_lr_grid": []},
     # 12: the shallow variant's compile is left to tests/test_pixelcnn.py
     "12_pixelcnn": {"models": ["sequential", "multiscale"], "seeds": 1, "steps": 2,
                     "eval_every": 2, "eval_examples": 8, "batch": 4,
