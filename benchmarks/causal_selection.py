@@ -188,8 +188,10 @@ def main() -> None:
         target = graph.names[sinks[0]]
         j = graph.index(target)
         predictions = data[:, j] + rng.standard_normal((count if args.quick else 20, args.rows))
+        # the paper's score (no floor), as the experiment's headline rules use it
         per = {mode: best_of(functools.partial(causal_scores, data, graph, target, predictions,
-                                               mode), args.repeats) / len(predictions)
+                                               mode, observed_floor=False), args.repeats)
+               / len(predictions)
                for mode in ("fixed", "search")}
         print(f"{nodes:5d} {per['fixed']:14.2e} {per['search']:15.2e} "
               f"{per['search'] / per['fixed']:14.0f}x")

@@ -92,7 +92,7 @@ def test_no_constant_or_shrunk_predictor_beats_the_true_values_on_the_fixed_grap
     shrunk = [y.mean() + alpha * (y - y.mean()) for alpha in (0.9, 0.5, 0.1, 1e-3)]
     noisy = y + 0.3 * y.std() * rng.standard_normal(200)
     candidates = np.stack([y, np.full(200, 0.7), *shrunk, noisy])
-    scores, floored = causal_scores(x, graph, "y", candidates)
+    scores, floored = causal_scores(x, graph, "y", candidates, observed_floor=True)
     true = scores[0]
     assert scores[1] > true + 10  # the constant loses what y explained of c
     np.testing.assert_allclose(scores[2:6], true, rtol=1e-9)  # shrunk: a tie at the floor
@@ -112,18 +112,16 @@ def test_searched_causal_score_uses_ges_and_keeps_the_floor_for_shrunk_predictio
     x = SCM.random(rng, graph).sample(rng, 500)
     y = x[:, 2]
     candidates = np.stack([y, y.mean() + 0.5 * (y - y.mean())])
-    scores, _ = causal_scores(x, graph, "y", candidates, "search")
-    greedy, _ = causal_scores(x, graph, "y", candidates, "search", search_with="greedy")
+    scores, _ = causal_scores(x, graph, "y", candidates, "search", observed_floor=True)
     assert scores[0] <= graph_bic(x, graph)[0] + 1e-6
-    assert scores[1] >= scores[0] - 1e-6 and greedy[1] >= greedy[0] - 1e-6
-    assert scores[0] == pytest.approx(greedy[0])  # both keep the true graph here
-    fixed, _ = causal_scores(x, graph, "y", candidates, "fixed")
+    assert scores[1] >= scores[0] - 1e-6
+    fixed, _ = causal_scores(x, graph, "y", candidates, "fixed", observed_floor=True)
     raw, _ = causal_scores(x, graph, "y", candidates, "fixed", observed_floor=False)
     assert fixed[1] >= fixed[0] - 1e-6
     # the paper's score (no floor, as Tetrad's): halving the spread wins by exactly 2n log 2
     assert raw[0] - raw[1] == pytest.approx(2 * 500 * np.log(2), rel=1e-9)
-    with pytest.raises(ValueError, match="unknown search 'fges'; use ges or greedy"):
-        causal_scores(x, graph, "y", candidates, "search", search_with="fges")
+    with pytest.raises(TypeError, match="observed_floor"):  # no default: each call says which
+        causal_scores(x, graph, "y", candidates, "search")
 
 
 def test_terms_without_the_target_do_not_change_the_ranking():
@@ -132,7 +130,8 @@ def test_terms_without_the_target_do_not_change_the_ranking():
     x = SCM.random(rng, graph).sample(rng, 300)
     y = graph.index("y")
     predictions = x[:, y] + rng.standard_normal((12, 300)) * np.linspace(0.1, 2, 12)[:, None]
-    partial, _ = causal_scores(x, graph, "y", predictions)  # the target's and its children's
+    partial, _ = causal_scores(x, graph, "y", predictions,  # the target's and its children's
+                               observed_floor=True)
     stand_in = StandIn(Moments.of(x), y)  # the same floor for the target as causal_scores
     full = [graph_bic(np.column_stack([x[:, :y], p, x[:, y + 1:]]), graph, stand_in=stand_in)[0]
             for p in predictions]
@@ -182,7 +181,8 @@ def test_selection_arithmetic_minmax_lambda_and_top_k():
      "the graph has a cycle a -> b -> c -> a; a causal graph must be acyclic"),
     (lambda: Knowledge(required=(("a", "z"),)).matrices(("a", "b")),
      "required edge a -> z names 'z', which is not a variable; use one of a, b"),
-    (lambda: causal_scores(np.zeros((5, 4)), chain(), "target", np.zeros((1, 5))),
+    (lambda: causal_scores(np.zeros((5, 4)), chain(), "target", np.zeros((1, 5)),
+                           observed_floor=False),
      "'target' is not a variable of the graph; use one of a, b, c, y"),
     (lambda: combined(np.ones(3), np.ones(3), -0.5), "lambda must be at least 0, got -0.5"),
     (lambda: Knowledge(required=(("b", "a"),), tiers=(("a",), ("b",))).matrices(("a", "b")),

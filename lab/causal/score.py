@@ -183,11 +183,13 @@ class SearchResult(NamedTuple):
 def search(data: np.ndarray, names: Sequence[str], knowledge: Knowledge = Knowledge(),
            floor: float = FLOOR, max_parents: int | None = None,
            stand_in: StandIn | None = None) -> SearchResult:
-    """Greedy hill climbing on the BIC over DAGs that hold ``knowledge``: start from the
-    required edges; at each step apply the single edge addition, deletion or reversal that
-    lowers the BIC most (never deleting or reversing a required edge, never adding a
-    forbidden one or a cycle); stop when none lowers it. Node scores are cached by parent
-    set (the BIC decomposes), so each step rescores only the nodes it touches."""
+    """Greedy hill climbing on the BIC over DAGs that hold ``knowledge`` (kept as the
+    comparison point of ``benchmarks/causal_selection.py --search``, where it ends at a worse
+    BIC than GES on most graphs; every search of the experiment is ``lab.causal.ges``):
+    start from the required edges; at each step apply the single edge addition, deletion or
+    reversal that lowers the BIC most (never deleting or reversing a required edge, never
+    adding a forbidden one or a cycle); stop when none lowers it. Node scores are cached by
+    parent set (the BIC decomposes), so each step rescores only the nodes it touches."""
     required, allowed = knowledge.matrices(names)
     d = len(names)
     if data.shape[1] != d:

@@ -10,8 +10,11 @@ has the target column replaced by ``yhat_m``, and
   candidate, so it cannot change the ranking);
 - ``search``: the causal score is the BIC of the graph that GES (``lab.causal.ges``, an
   equivalence-class search like the official code's FGES) finds on that data with the known
-  graph's edges required; ``search_with="greedy"`` uses the greedy search over DAGs
-  (``score.search``) instead.
+  graph's edges required.
+
+Both come in two variants, chosen at every call (``observed_floor``): the paper's score, no
+floor under the stand-in target (as Tetrad's SEM BIC), and our guarded one (a floor that no
+shrunk or constant predictor can beat).
 
 **Lower causal score is better** (a BIC is a cost). Candidates are ranked by
 
@@ -43,7 +46,6 @@ from lab.causal.score import (
     Moments,
     StandIn,
     graph_bic,
-    search,
     target_terms,
 )
 
@@ -56,25 +58,27 @@ def with_target(data: np.ndarray, target: int, predictions: np.ndarray) -> np.nd
 
 
 def causal_scores(data: np.ndarray, graph: Graph, target: str, predictions: np.ndarray,
-                  mode: str = "fixed", knowledge: Knowledge | None = None,
-                  floor: float = FLOOR, search_with: str = "ges", observed_floor: bool = True
+                  mode: str = "fixed", knowledge: Knowledge | None = None, *,
+                  observed_floor: bool, floor: float = FLOOR
                   ) -> tuple[np.ndarray, np.ndarray]:
     """``(scores (m,), floored (m,))`` for ``predictions`` ``(m, n)`` of ``m`` candidates on
     the ``n`` rows of ``data``; ``floored`` flags a candidate whose target (or a child's)
-    residual variance hit the floor. The target's floor is the observed target's residual
-    variance on the same parents (``lab.causal.score.StandIn``): no candidate scores better
-    than the true values on the target's own term. ``observed_floor=False`` is the paper's
-    score as the official code computes it with Tetrad's SEM BIC: no floor (only
-    ``NUMERICAL_FLOOR``, relative, which keeps the log finite), so a prediction's spread
-    counts in full. ``search_with``: ``ges`` or ``greedy``."""
+    residual variance hit the floor. ``mode``: ``fixed`` scores ``graph`` itself; ``search``
+    the graph GES finds (``lab.causal.ges``) with ``graph``'s edges (and ``knowledge``)
+    required, as the official code runs Tetrad's FGES.
+
+    ``observed_floor`` has no default, so that every call says which score it is:
+    ``False`` is the paper's score as the official code computes it with Tetrad's SEM BIC, no
+    floor (only ``NUMERICAL_FLOOR``, relative, which keeps the log finite), so a prediction's
+    spread counts in full; ``True`` is our guarded variant, whose target floor is the observed
+    target's residual variance on the same parents (``lab.causal.score.StandIn``): no
+    candidate scores better than the true values on the target's own term."""
     check_dag(graph)
     j = graph.index(target)
     stand_in = StandIn(Moments.of(data), j) if observed_floor else None
     floor = floor if observed_floor else NUMERICAL_FLOOR
     if mode not in ("fixed", "search"):
         raise ValueError(f"unknown causal score mode {mode!r}; use fixed or search")
-    if search_with not in ("ges", "greedy"):
-        raise ValueError(f"unknown search {search_with!r}; use ges or greedy")
     scores, floored = [], []
     for yhat in np.atleast_2d(predictions):
         trial = with_target(data, j, yhat)
@@ -86,8 +90,7 @@ def causal_scores(data: np.ndarray, graph: Graph, target: str, predictions: np.n
             base = knowledge or Knowledge()
             known = Knowledge(tuple(base.required) + tuple(graph.edge_list()), base.forbidden,
                               base.tiers)
-            find = ges if search_with == "ges" else search
-            result = find(trial, graph.names, known, floor, stand_in=stand_in)
+            result = ges(trial, graph.names, known, floor, stand_in=stand_in)
             scores.append(result.bic)
             _, nodes = graph_bic(trial, result.graph, floor, stand_in=stand_in)
             floored.append(any(s.floored for s in nodes))
