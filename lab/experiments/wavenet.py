@@ -806,6 +806,12 @@ def verdict(setup: Setup, teachers: dict[str, dict], students: dict[str, dict],
         m["student_entropy_gap"] = s["entropy_bits"] - t["entropy_bits"]
         m["student_lsd_ratio"] = s["lsd"] / t["lsd"]
         m["student_energy_db_gap"] = float(10 * np.log10(s["energy"] / t["energy"]))
+        # the power loss's own optimum over the crops it was trained on (below 0 dB: the
+        # time-averaged spectrum scatters); the student's gap is read against it
+        m["power_loss_optimum_db"] = float(10 * np.log10(
+            train.power_loss_optimum(setup.student_length)))
+        m["student_energy_db_gap_to_optimum"] = (m["student_energy_db_gap"]
+                                                 - m["power_loss_optimum_db"])
     if "student" in table and "no_power" in table:
         s, n = table["student"], table["no_power"]
         m["no_power_lsd_ratio"] = n["lsd"] / s["lsd"]
@@ -884,6 +890,10 @@ def summary(m: dict[str, Any], setup: Setup, preset: str = "default") -> dict[st
                  "teacher entropy (bits/sample)": q["teacher"]["entropy_bits"],
                  "LSD student (dB)": q["student"]["lsd"], "LSD teacher (dB)": q["teacher"]["lsd"],
                  "energy gap (dB)": m["student_energy_db_gap"]}
+        if "power_loss_optimum_db" in m:
+            shown |= {"the power loss's own optimum at the trained crop length (dB)":
+                      m["power_loss_optimum_db"],
+                      "energy gap to that optimum (dB)": m["student_energy_db_gap_to_optimum"]}
         claims += [
             judge(CLAIMS["quality_close_nll"], s and s["bits"], t and t["bits"],
                   numbers=shown, to_remake=missing),
@@ -907,7 +917,8 @@ def summary(m: dict[str, Any], setup: Setup, preset: str = "default") -> dict[st
             judge(CLAIMS["power_loss_lsd"], n and np.log(n["lsd"]), s and np.log(s["lsd"]),
                   numbers=shown, to_remake=missing)]
     headline = [k for k in ("teacher_held_out_bits", "student_bits_gap", "student_entropy_gap",
-                            "student_lsd_ratio", "student_energy_db_gap", "no_power_lsd_ratio")
+                            "student_lsd_ratio", "student_energy_db_gap",
+                            "student_energy_db_gap_to_optimum", "no_power_lsd_ratio")
                 if k in m]
     return claims_summary(
         paper=PAPER,
