@@ -208,7 +208,8 @@ def test_text_task_heads_and_a_held_out_split_apart_from_the_test_text():
 
 def test_train_rules_chooses_each_rules_step_size_on_held_out_text_and_records_it():
     setup = experiment.configure(**(TINY | {"rules": ["pairwise-sum"], "text_steps": 5,
-                                            "text_lr_grid": [1e-5, 3e-3, 3e-2]}))
+                                            "text_lr_grid": [1e-5, 3e-3, 3e-2],
+                                            "text_lr_select_steps": 5}))
     study = experiment.train_rules(setup, "text")
     selection = study["lr_selection"]
     assert selection["grid"] == [1e-5, 3e-3, 3e-2] and selection["steps"] == 5
