@@ -9,6 +9,7 @@
     python -m lab claims verify reports/runs results    # verdicts recomputed from records
     python -m lab claims rederive results/04_*          # old records under today's rule
     python -m lab --version
+    python -m lab bundle OUT [--python 3.12] [--platform ...] [--have FREEZE]  # no network
     python -m lab sweep run sweeps/mpo_pendulum.yaml [--workers 4] [--storage URL]
     python -m lab sweep worker --storage URL --study NAME      # join from any machine
     python -m lab sweep report --storage URL --study NAME
@@ -108,6 +109,18 @@ def _parser() -> argparse.ArgumentParser:
     for action in (check, again):
         action.add_argument("folders", nargs="+", type=Path, metavar="RUN_OR_RESULTS_DIR",
                             help="run folders, or folders holding them (results, reports)")
+    pack = commands.add_parser("bundle", help="wheels, data and a run.sh for a machine "
+                               "without network (lab.runs.bundle)")
+    pack.add_argument("out", type=Path, metavar="OUT", help="a new folder for the bundle")
+    pack.add_argument("--python", default=f"{sys.version_info[0]}.{sys.version_info[1]}",
+                      help="the target's Python version (default: this one's)")
+    pack.add_argument("--platform", default="manylinux_2_28_x86_64",
+                      help="the target's wheel platform tag (default: manylinux_2_28_x86_64)")
+    pack.add_argument("--extras", default="", help="the project's extras to include, e.g. "
+                      "dmc,atari (default: none)")
+    pack.add_argument("--have", type=Path, help="the target's `pip freeze`: leave out what "
+                      "it already has at the same version")
+    pack.add_argument("--no-data", action="store_true", help="wheels and project only")
     sweep = commands.add_parser("sweep", help="parameter sweeps with early termination")
     actions = sweep.add_subparsers(dest="action", required=True)
     start = actions.add_parser("run", help="create a study from a YAML spec and run it here")
@@ -298,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_version())
         return 0
     if args.command is None:
-        parser.error("give a command: run, import, report, claims or sweep")
+        parser.error("give a command: run, import, report, claims, bundle or sweep")
     if args.command == "claims":
         try:
             return _claims(args)
@@ -313,6 +326,17 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.command == "report":
         print(build_index(args.out))
+        return 0
+    if args.command == "bundle":
+        from lab.runs.bundle import bundle
+
+        try:
+            bundle(args.out, python=args.python, platform=args.platform,
+                   extras=tuple(e for e in args.extras.split(",") if e), have=args.have,
+                   data=not args.no_data)
+        except RunnerError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         return 0
     try:
         return _import(args) if args.command == "import" else _run(parser, args)

@@ -30,7 +30,7 @@ def test_windows_shift_targets_by_one():
     np.testing.assert_array_equal(y, [[1, 2, 3], [7, 8, 9]])
 
 
-def test_unknown_corpus_and_missing_package_are_one_line_errors(monkeypatch):
+def test_unknown_corpus_and_missing_package_are_one_line_errors(monkeypatch, data_dir):
     with pytest.raises(ValueError, match="^unknown text corpus 'shakespeare'; choose one of "
                                          "devils_dictionary$"):
         text.load_text("shakespeare")
@@ -38,5 +38,6 @@ def test_unknown_corpus_and_missing_package_are_one_line_errors(monkeypatch):
                                      "THE"))
     monkeypatch.setitem(text._CORPORA, *missing)
     with pytest.raises(DataError, match=r"install Debian's package dict-devil \(apt-get install "
-                                        r"dict-devil, or scripts/system_deps.sh\)$"):
+                                        r"dict-devil, or scripts/system_deps.sh\), or put a "
+                                        r"copy in .*text \(python -m lab bundle does\)$"):
         text.load_text("devils_dictionary")

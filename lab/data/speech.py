@@ -15,6 +15,7 @@ voice settings, the rate and the two programs' versions.
 
 import functools
 import hashlib
+import json
 import shutil
 import subprocess
 import tempfile
@@ -69,9 +70,17 @@ def _tool(name: str) -> str:
     return path
 
 
+VERSIONS_FILE = "versions.json"  # beside the cached audio, written by an offline bundle
+
+
 @functools.cache
 def versions() -> dict[str, str]:
-    """The first line of ``espeak-ng --version`` and ``sox --version``."""
+    """The first line of ``espeak-ng --version`` and ``sox --version``; on a machine without
+    the programs, the versions recorded beside the cached audio (``speech/versions.json``,
+    which ``python -m lab bundle`` writes), so that the cache's keys still match."""
+    recorded = data_dir() / "speech" / VERSIONS_FILE
+    if not all(shutil.which(name) for name in ("espeak-ng", "sox")) and recorded.exists():
+        return json.loads(recorded.read_text())
     return {name: subprocess.run([_tool(name), "--version"], capture_output=True, text=True,
                                  check=True).stdout.strip().splitlines()[0]
             for name in ("espeak-ng", "sox")}
@@ -84,6 +93,14 @@ def _read_wav(path: Path) -> np.ndarray:
         return np.frombuffer(f.readframes(f.getnframes()), "<i2").astype(np.float32) / 32768.0
 
 
+def cache_path(text: str, voice: str, pitch: int, words_per_minute: int, sample_rate: int
+               ) -> Path:
+    """Where ``speak`` caches an utterance: keyed by its settings and the programs' versions."""
+    key = hashlib.sha256(repr((text, voice, pitch, words_per_minute, sample_rate,
+                               versions())).encode()).hexdigest()[:24]
+    return data_dir() / "speech" / f"{key}.npy"
+
+
 def speak(text: str, voice: str, pitch: int, words_per_minute: int, sample_rate: int
           ) -> np.ndarray:
     """``text`` spoken by espeak-ng and resampled by sox to ``sample_rate`` (cached)."""
@@ -92,9 +109,7 @@ def speak(text: str, voice: str, pitch: int, words_per_minute: int, sample_rate:
                          f"use one of {', '.join(map(str, SAMPLE_RATES))}")
     if not text.strip():
         raise ValueError("a sentence is empty; give every sentence some words")
-    key = hashlib.sha256(repr((text, voice, pitch, words_per_minute, sample_rate,
-                               versions())).encode()).hexdigest()[:24]
-    cache = data_dir() / "speech" / f"{key}.npy"
+    cache = cache_path(text, voice, pitch, words_per_minute, sample_rate)
     if cache.exists():
         return np.load(cache)
     with tempfile.TemporaryDirectory() as tmp:
@@ -133,9 +148,12 @@ def provenance() -> dict:
     """The programs that made the audio, their Debian package versions and the settings."""
     packages = {}
     for package in ("espeak-ng", "sox"):
-        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package],
-                             capture_output=True, text=True)
-        packages[package] = out.stdout.strip() or None
+        try:
+            out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package],
+                                 capture_output=True, text=True)
+            packages[package] = out.stdout.strip() or None
+        except OSError:  # not a Debian machine (an offline bundle's target, say)
+            packages[package] = None
     return {"programs": versions(), "packages": packages, "voices": list(VOICES),
             "sentences": len(SENTENCES), "held_out_sentences": HELD_OUT}
 

@@ -8,7 +8,8 @@ sorted characters the ids index.
   the Internet Wiretap edition of 1993, as Debian's package ``dict-devil`` installs it for
   the dictd server (``/usr/share/dictd/devil.dict.dz``: dictzip, which gzip reads). The
   text starts at its title (the dictd header lines before it are dropped): 383,107
-  characters, 84 distinct. The sha256 of the decompressed file is checked.
+  characters, 84 distinct. The sha256 of the decompressed file is checked. Without the
+  package, a copy under ``data_dir() / "text"`` (an offline bundle's) is read instead.
 
 ``windows(ids, length, starts)`` cuts ``(inputs, targets)`` pairs of ``length`` characters,
 the targets shifted by one: a next-character prediction task.
@@ -21,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lab.data.download import DataError
+from lab.data.download import DataError, data_dir
 
 _TEST_FRACTION = 0.1
 _CORPORA = {
@@ -42,15 +43,25 @@ class Corpus(NamedTuple):
         return "".join(self.vocabulary[int(i)] for i in ids)
 
 
+def corpus_file(name: str = "devils_dictionary") -> Path:
+    """The corpus's file: the system package's, else a copy of it under ``data_dir() /
+    "text"`` (an offline bundle's, ``python -m lab bundle``), checked alike on load."""
+    path = _CORPORA[name][0]
+    copy = data_dir() / "text" / path.name
+    return copy if not path.exists() and copy.exists() else path
+
+
 def load_text(name: str = "devils_dictionary") -> Corpus:
     """The corpus ``name`` (see the module docstring), or a one-line error naming what to
     install."""
     if name not in _CORPORA:
         raise ValueError(f"unknown text corpus {name!r}; choose one of {', '.join(CORPORA)}")
-    path, package, digest, start = _CORPORA[name]
+    _, package, digest, start = _CORPORA[name]
+    path = corpus_file(name)
     if not path.exists():
         raise DataError(f"{path} is missing: install Debian's package {package} "
-                        f"(apt-get install {package}, or scripts/system_deps.sh)")
+                        f"(apt-get install {package}, or scripts/system_deps.sh), or put a "
+                        f"copy in {data_dir() / 'text'} (python -m lab bundle does)")
     with gzip.open(path, "rb") as f:
         raw = f.read()
     if hashlib.sha256(raw).hexdigest() != digest:
@@ -78,7 +89,8 @@ def provenance(name: str = "devils_dictionary") -> dict:
     """Where the corpus came from: its file, Debian package and installed version."""
     import subprocess
 
-    path, package, digest, _ = _CORPORA[name]
+    _, package, digest, _ = _CORPORA[name]
+    path = corpus_file(name)
     try:
         version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package],
                                  capture_output=True, text=True, timeout=10).stdout or None

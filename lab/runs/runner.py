@@ -110,7 +110,10 @@ def ensure_kernel() -> str:
 
     Papermill starts the kernel named in the notebook; if that name points at another
     Python, the run silently uses another environment. The runner therefore always names
-    ``lab`` and (re)registers it inside ``sys.prefix`` when it is missing or stale.
+    ``lab`` and (re)registers it inside ``sys.prefix`` when it is missing or stale (inside
+    ``$LAB_KERNEL_PREFIX`` where that is set: an offline bundle's, whose packages sit in a
+    ``--target`` folder beside a Python whose prefix may not be writable; that prefix's
+    ``share/jupyter`` must then be on ``JUPYTER_PATH``).
     """
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
@@ -123,7 +126,8 @@ def ensure_kernel() -> str:
     if current() != sys.executable:
         from ipykernel.kernelspec import install
 
-        install(kernel_name=KERNEL_NAME, display_name="Python (lab)", prefix=sys.prefix)
+        install(kernel_name=KERNEL_NAME, display_name="Python (lab)",
+                prefix=os.environ.get("LAB_KERNEL_PREFIX") or sys.prefix)
         if current() != sys.executable:
             spec = KernelSpecManager().find_kernel_specs()[KERNEL_NAME]
             raise RunnerError(f"the kernel {KERNEL_NAME!r} at {spec} runs another Python; "
