@@ -8,8 +8,10 @@ then ``OUT/run.sh run notebooks/00_quickstart.ipynb`` there. It writes:
 
 - ``OUT/wheels``: the project's own wheel and a binary wheel of every dependency for the
   target Python and platform (``pip download --only-binary=:all:``). With ``--have`` (a
-  ``pip freeze`` of the target), dependencies are resolved with those pins as constraints and
-  every wheel that the target already has at the same version is left out.
+  ``pip freeze`` of the target), every wheel that the target already has at the same version
+  is left out (resolving with the freeze as constraints fails as soon as one pinned version
+  has no wheel for the platform: a source-only install, say; a different version is shipped,
+  and installs into the bundle's own folder).
 - ``OUT/data``: the data the notebooks read, laid out as ``LAB_DATA_DIR``: Fashion-MNIST's
   four files, *The Devil's Dictionary* (notebook 11) and notebook 13's speech, every
   sentence in every voice at each sample rate, with the versions of the programs that made
@@ -29,7 +31,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from lab.runs.runner import RunnerError
@@ -117,13 +118,7 @@ def write_wheels(out: Path, python: str, platform: str, extras: list[str],
     args = ["download", "--quiet", "--dest", str(out), "--only-binary=:all:",
             "--python-version", python, "--implementation", "cp"]
     args += [option for tag in platforms(platform) for option in ("--platform", tag)]
-    with tempfile.TemporaryDirectory() as tmp:
-        if have:
-            constraints = Path(tmp) / "constraints.txt"
-            constraints.write_text("".join(f"{n}=={v}\n" for n, v in have.items()
-                                           if n != "lab"))
-            args += ["--constraint", str(constraints)]
-        _pip(*args, requirement)
+    _pip(*args, requirement)
     left_out = already_there(out, have)
     for path in left_out:
         path.unlink()
