@@ -88,6 +88,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=int, default=None,
                      help=f"seconds one cell may run (default: {DEFAULT_CELL_TIMEOUT} in a "
                      f"default run, {PRESET_CELL_TIMEOUT} under a named preset)")
+    run.add_argument("--time-limit", type=float, metavar="SECONDS",
+                     help="stop the run before SECONDS, recorded as interrupted with what it "
+                     "finished (its checkpoints kept in its folder for --resume)")
+    run.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                     help="run the notebook again in the folder of its unfinished run, with "
+                     "that run's parameters, continuing from its checkpoints")
     run.add_argument("--hide-code", action="store_true", help="leave code out of the HTML")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     report = commands.add_parser("report", help="rebuild <out>/index.html and "
@@ -218,6 +224,12 @@ def _run(parser, args) -> int:
         parser.error("--force applies to --all; one notebook always runs")
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if (args.time_limit is not None or args.resume is not None) and args.all:
+        parser.error("--time-limit and --resume go with one notebook (a batch under a limit "
+                     "is not supported yet)")
+    if args.resume is not None and (explicit or raw):
+        parser.error("--resume runs with the parameters of the run it continues; leave out "
+                     "-p, -r, -f and -y")
     options = dict(out=args.out, timeout=args.timeout, hide_code=args.hide_code,
                    progress=not args.no_progress)
     stop_on_signals()  # SIGTERM as SIGINT: every running notebook recorded as interrupted
@@ -234,6 +246,10 @@ def _run(parser, args) -> int:
     else:
         if not args.notebook.is_file():
             raise RunnerError(f"notebook {args.notebook} does not exist; see `ls notebooks/`")
+        if args.resume is not None:
+            results = [run_notebook(args.notebook, resume=args.resume,
+                                    time_limit=args.time_limit, **options)]
+            return _summarise(results, args.out)
         resolution = resolve(args.notebook, explicit, raw=raw)
         if args.prepare_only:
             path = write_prepared(args.notebook, resolution, args.out)
@@ -241,13 +257,20 @@ def _run(parser, args) -> int:
                   f"{path.with_suffix('.parameters.json')}); values not from the notebook:")
             _show(resolution)
             return 0
-        results = [run_notebook(args.notebook, resolution=resolution, **options)]
+        results = [run_notebook(args.notebook, resolution=resolution,
+                                time_limit=args.time_limit, **options)]
+    return _summarise(results, args.out)
+
+
+def _summarise(results: list, out: Path) -> int:
+    """Print each run's status and report; the exit status: 0 all ok, 130 one interrupted,
+    1 otherwise."""
     for r in results:
         reason = f"  ({r.error})" if r.error else ""
         status = "reused" if r.reused else r.status
         where = r.report if r.report.exists() else "(no run folder)"
         print(f"{status:>11}  {r.notebook.name}  {where}{reason}")
-    print(f"index: {args.out / 'index.html'}; claims: {args.out / 'claims.html'}")
+    print(f"index: {out / 'index.html'}; claims: {out / 'claims.html'}")
     bad = [r for r in results if r.status != OK]
     if not bad:
         reused = sum(r.reused for r in results)

@@ -306,3 +306,51 @@ def test_sigterm_to_a_jobs_batch_records_every_running_notebook_interrupted(tmp_
         assert provenance(run)["status"] == "interrupted", output
         assert (run / "report.html").exists()
     assert "2 of 2 notebook(s) did not finish" in output
+
+
+def test_a_time_limit_stops_the_run_and_resume_continues_it_from_its_checkpoint(tmp_path,
+                                                                               capsys):
+    """A notebook that checkpoints each of its 30 steps (0.2 s each) under a 10-s limit: its
+    kernel is interrupted before the limit, the run recorded as interrupted with the command
+    that resumes it; the resume runs it again in the same folder from the checkpoint the
+    first attempt left there, records the first attempt, and finishes."""
+    from lab.runs.runner import RunnerError
+
+    notebook = write_notebook(
+        tmp_path / "steps.ipynb", "steps = 30",
+        "import os, pathlib, time\n"
+        "from lab.experiments import record\n"
+        "kept = pathlib.Path(os.environ['LAB_CHECKPOINT_DIR']) / 'step'\n"
+        "kept.parent.mkdir(parents=True, exist_ok=True)\n"
+        "start = int(kept.read_text()) if kept.exists() else 0\n"
+        "for i in range(start, steps):\n"
+        "    time.sleep(0.2)\n"
+        "    kept.write_text(str(i + 1))\n"
+        "record(steps=steps, started_at=start)")
+    out = tmp_path / "reports"
+    first = run_notebook(notebook, out=out, progress=False, time_limit=10)
+    assert first.status == "interrupted", first.error
+    assert first.error.startswith("time limit of 10 s reached; resume with: python -m lab run ")
+    assert f"--resume {first.run_dir}" in first.error
+    assert provenance(first.run_dir)["duration_s"] < 10
+    step = first.run_dir / "checkpoints" / "step"
+    done = int(step.read_text()) if step.exists() else 0  # none if the kernel started late
+    assert done < 30
+
+    again = run_notebook(notebook, out=out, progress=False, resume=first.run_dir)
+    assert again.status == "ok" and again.run_dir == first.run_dir
+    assert again.metrics == {"steps": 30, "started_at": done}
+    record = provenance(first.run_dir)
+    assert [a["status"] for a in record["attempts"]] == ["interrupted"]
+    shelved = first.run_dir / "attempts" / "1"
+    assert json.loads((shelved / "provenance.json").read_text())["status"] == "interrupted"
+    assert (shelved / "report.html").exists() and (first.run_dir / "report.html").exists()
+    with pytest.raises(RunnerError, match="finished \\(ok\\); there is nothing to resume"):
+        run_notebook(notebook, out=out, resume=first.run_dir)
+    other = write_notebook(tmp_path / "other.ipynb", "x = 1", "x")
+    with pytest.raises(RunnerError, match="is a run of steps.ipynb, not of other.ipynb"):
+        run_notebook(other, out=out, resume=first.run_dir)
+    assert main(["run", str(other), "--time-limit", "5", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "--time-limit 5 is too short; give at least 10 seconds" in err
+    assert err.count("\n") == 1 and not (tmp_path / "r").exists()

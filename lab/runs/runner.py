@@ -394,10 +394,18 @@ def _socket_folder() -> Path:
     return folder
 
 
+_KERNELS: list["IPCKernelManager"] = []  # the kernels this process started, newest last
+
+
 class IPCKernelManager(AsyncKernelManager):
     """The runner's kernels talk over Unix sockets, not TCP: nothing listens on a port (any
     local user could connect to one on 127.0.0.1), and the kernel prints no warning about
-    unencrypted TCP. Each kernel's sockets are ``<socket folder>/<random>-<n>``."""
+    unencrypted TCP. Each kernel's sockets are ``<socket folder>/<random>-<n>``. Each one
+    started is kept in ``_KERNELS``, where a :class:`Deadline` finds it."""
+
+    async def _async_post_start_kernel(self, **kw: Any) -> None:
+        await super()._async_post_start_kernel(**kw)
+        _KERNELS[:] = [k for k in _KERNELS if k.has_kernel] + [self]
 
     transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
 
@@ -406,12 +414,90 @@ class IPCKernelManager(AsyncKernelManager):
         return str(_socket_folder() / uuid.uuid4().hex[:12])
 
 
+DEADLINE_ENV = "LAB_DEADLINE"  # a time-limited run's kernel: when (epoch seconds) it stops
+CHECKPOINT_ENV = "LAB_CHECKPOINT_DIR"  # lab.train.checkpoint.default_dir
+ATTEMPTS = "attempts"  # a resumed run's earlier attempts, each in attempts/<n>/
+
+
+class Deadline:
+    """Stops the running kernel before ``seconds`` are up: SIGINT ``grace`` seconds before
+    (the running cell raises KeyboardInterrupt; the run is then recorded as interrupted with
+    what it has, which takes a few seconds), SIGKILL at half the grace if it is still there
+    (a cell that ignores the interrupt, or one that starts after it). ``fired``: whether
+    the limit was reached."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds, self.fired, self._timers = seconds, False, []
+
+    @property
+    def grace(self) -> float:
+        # what recording takes: the kernel's shutdown, the report, the index (17 s measured
+        # for a GA3C run beside two other kernels on the 2-core machine)
+        return min(90.0, max(5.0, 0.2 * self.seconds)) if self.seconds else 0.0
+
+    def __enter__(self) -> "Deadline":
+        if self.seconds is not None:
+            for at, signum in ((self.seconds - self.grace, signal.SIGINT),
+                               (self.seconds - self.grace / 2, signal.SIGKILL)):
+                timer = threading.Timer(max(0.0, at), self._fire, (signum,))
+                timer.daemon = True
+                timer.start()
+                self._timers.append(timer)
+        return self
+
+    def _fire(self, signum: int) -> None:
+        self.fired = True
+        for kernel in reversed(_KERNELS):
+            pid = getattr(kernel.provisioner, "pid", None) if kernel.has_kernel else None
+            if pid:
+                try:
+                    os.kill(pid, signum)
+                    return
+                except ProcessLookupError:
+                    continue
+
+    def __exit__(self, *exc) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+
+def resumable(folder: Path, notebook: Path) -> dict[str, Any]:
+    """The record of the run in ``folder`` that ``--resume`` continues: a run of
+    ``notebook`` that did not finish. A one-line RunnerError otherwise."""
+    try:
+        run = json.loads((folder / PROVENANCE_FILE).read_text())
+    except (OSError, ValueError):
+        raise RunnerError(f"{folder} holds no run record ({PROVENANCE_FILE}); give the run "
+                          "folder that the interrupted run printed") from None
+    if run.get("notebook") != notebook.name:
+        raise RunnerError(f"{folder} is a run of {run.get('notebook')}, not of "
+                          f"{notebook.name}; give that notebook, or another folder")
+    if run.get("status") in (OK, PRUNED):
+        raise RunnerError(f"{folder} finished ({run['status']}); there is nothing to resume")
+    return run
+
+
+def _shelve(folder: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Move an unfinished run's files (not its checkpoints) into ``attempts/<n>/``; return
+    the run's attempts so far, this one last."""
+    attempts = list(run.get(ATTEMPTS, []))
+    where = folder / ATTEMPTS / str(len(attempts) + 1)
+    where.mkdir(parents=True)
+    for path in folder.iterdir():
+        if path.name not in (ATTEMPTS, "checkpoints"):
+            shutil.move(str(path), where / path.name)
+    return attempts + [{k: run.get(k) for k in ("started", "ended", "duration_s", "status",
+                                                 "error")} | {"folder": str(where)}]
+
+
 def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *,
                  raw: dict[str, str] | None = None, out: str | Path = "reports",
                  timeout: int | None = None, hide_code: bool = False,
                  progress: bool = True, inputs: dict[str, str] | None = None,
                  resolution: Resolution | None = None,
-                 kernel_env: dict[str, str] | None = None, alone: bool = True) -> RunResult:
+                 kernel_env: dict[str, str] | None = None, alone: bool = True,
+                 time_limit: float | None = None, resume: str | Path | None = None
+                 ) -> RunResult:
     """Execute one notebook with ``explicit`` values for its parameters (``raw``: strings
     from ``-r``, taken as they are); see the module doc. ``inputs``: the run's
     :func:`~lab.runs.inputs.fingerprint`, and ``resolution`` its resolved
@@ -420,28 +506,57 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
     (:func:`kernel_environment`; None: that of one notebook at a time). ``alone``: whether
     the runner kept every other kernel off the machine while this one ran (recorded as
     ``alone`` in provenance.json: the claims' pages mark a timing verdict measured beside
-    other kernels)."""
-    kernel_env = kernel_environment() if kernel_env is None else kernel_env
+    other kernels).
+
+    ``time_limit``: seconds the run may take; its kernel is stopped before then
+    (:class:`Deadline`; ``LAB_DEADLINE`` tells the notebook when) and the run is recorded
+    as interrupted with what it finished. ``resume``: the folder of an unfinished run of
+    this notebook, run again there with the same parameters, its earlier files moved to
+    ``attempts/<n>/``. A time-limited or resumed run keeps its checkpoints in its own
+    folder (``checkpoints/``, as ``LAB_CHECKPOINT_DIR``), so the folder carries what a
+    resume needs, to another machine too; an experiment that checkpoints (GA3C's kept
+    measurements, VS-ML's meta-training, SAC-AE's loop) continues from them."""
+    kernel_env = dict(kernel_environment() if kernel_env is None else kernel_env)
     notebook, out = Path(notebook), Path(out)
     check_notebook(notebook)
+    if time_limit is not None and time_limit < 10:
+        raise RunnerError(f"--time-limit {time_limit:g} is too short; give at least 10 "
+                          "seconds (a kernel takes a few to start and to record)")
+    previous = resumable(Path(resume), notebook) if resume is not None else None
+    if previous is not None:
+        resolution = resolve(notebook, previous.get("overrides") or {})
+        same = lambda d: json.dumps(d, sort_keys=True, default=str)  # noqa: E731
+        if same(resolution.values) != same(previous.get("parameters")):
+            raise RunnerError(f"{notebook.name}'s parameters changed since the run in {resume} "
+                              "(its defaults or presets were edited); start a new run")
     resolution = resolution or resolve(notebook, explicit or {}, raw=raw)
     parameters = resolution.values
     check_output_dir(out)
     kernel = ensure_kernel()
 
-    folder = _new_run_dir(out, notebook, parameters)
+    if previous is not None:
+        folder = Path(resume)
+        attempts = _shelve(folder, previous)
+    else:
+        folder, attempts = _new_run_dir(out, notebook, parameters), []
+    deadline = Deadline(time_limit)
+    if time_limit is not None or previous is not None:
+        kernel_env[CHECKPOINT_ENV] = str((folder / "checkpoints").resolve())
+    if time_limit is not None:
+        kernel_env[DEADLINE_ENV] = f"{time.time() + time_limit - deadline.grace:.0f}"
     executed = prepare(notebook, resolution, folder / notebook.name, record_inputs=True)
     run = collect(notebook, resolution) | {
         "inputs": inputs or fingerprint(notebook, parameters),
         "kernel_environment": kernel_env or {}, "alone": alone,
         "run_dir": str(folder), "status": RUNNING,
         "started": now(), "ended": None, "duration_s": None, "error": None,
-    }
+        "time_limit_s": time_limit,
+    } | ({ATTEMPTS: attempts} if attempts else {})
     _write_json(folder / PROVENANCE_FILE, run)
     _write_json(folder / METRICS_FILE, {})  # every run has one; record() fills it
     status, error, start = OK, None, time.monotonic()
     try:
-        with environ(**(kernel_env or {}), **{RUN_DIR_ENV: str(folder.resolve())}):
+        with environ(**(kernel_env or {}), **{RUN_DIR_ENV: str(folder.resolve())}), deadline:
             papermill.execute_notebook(  # the prepared notebook: parameters are injected
                 str(executed), str(executed), kernel_name=kernel,
                 cwd=str(folder), progress_bar=progress, kernel_manager_class=IPCKernelManager,
@@ -455,6 +570,10 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
         first_line = (str(err).strip().splitlines() or [""])[0]
         status, error = FAILED, f"{type(err).__name__}: {first_line}"
     finally:
+        if deadline.fired and status != OK:
+            status, error = INTERRUPTED, (
+                f"time limit of {time_limit:g} s reached; resume with: python -m lab run "
+                f"{notebook} --resume {folder} [--time-limit SECONDS]")
         run |= {"status": status, "error": error, "ended": now(),
                 "duration_s": round(time.monotonic() - start, 2)}
         with recording():
