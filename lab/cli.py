@@ -91,9 +91,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--time-limit", type=float, metavar="SECONDS",
                      help="stop the run before SECONDS, recorded as interrupted with what it "
                      "finished (its checkpoints kept in its folder for --resume)")
-    run.add_argument("--resume", type=Path, metavar="RUN_DIR",
-                     help="run the notebook again in the folder of its unfinished run, with "
-                     "that run's parameters, continuing from its checkpoints")
+    run.add_argument("--resume", nargs="?", const=True, metavar="RUN_DIR",
+                     help="run the notebook again in the folder RUN_DIR of its unfinished "
+                     "run, with that run's parameters, continuing from its checkpoints; "
+                     "with --all (no RUN_DIR): continue each notebook's latest unfinished run")
     run.add_argument("--hide-code", action="store_true", help="leave code out of the HTML")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     report = commands.add_parser("report", help="rebuild <out>/index.html and "
@@ -224,9 +225,11 @@ def _run(parser, args) -> int:
         parser.error("--force applies to --all; one notebook always runs")
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    if (args.time_limit is not None or args.resume is not None) and args.all:
-        parser.error("--time-limit and --resume go with one notebook (a batch under a limit "
-                     "is not supported yet)")
+    if args.all and args.resume not in (None, True):
+        parser.error("--resume with --all takes no RUN_DIR: it continues each notebook's "
+                     "latest unfinished run")
+    if not args.all and args.resume is True:
+        parser.error("--resume needs the RUN_DIR of the run to continue")
     if args.resume is not None and (explicit or raw):
         parser.error("--resume runs with the parameters of the run it continues; leave out "
                      "-p, -r, -f and -y")
@@ -240,6 +243,7 @@ def _run(parser, args) -> int:
                                  f"{args.preset!r}; see each notebook's parameters cell")
         results = run_all(args.notebooks, preset=args.preset, force=args.force,
                           prepare_only=args.prepare_only, jobs=args.jobs,
+                          time_limit=args.time_limit, resume=args.resume is True,
                           log=lambda line: print(line, flush=True), **options)
         if args.prepare_only:
             return 0
@@ -247,7 +251,7 @@ def _run(parser, args) -> int:
         if not args.notebook.is_file():
             raise RunnerError(f"notebook {args.notebook} does not exist; see `ls notebooks/`")
         if args.resume is not None:
-            results = [run_notebook(args.notebook, resume=args.resume,
+            results = [run_notebook(args.notebook, resume=Path(args.resume),
                                     time_limit=args.time_limit, **options)]
             return _summarise(results, args.out)
         resolution = resolve(args.notebook, explicit, raw=raw)

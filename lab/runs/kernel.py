@@ -218,7 +218,9 @@ def used(run_folder: Path | None = None) -> dict[str, dict[str, str]]:
     data = {_key(p): file_digest(p) for p in data_files(run_folder)}
     if run_folder is not None:
         for prov in Path(run_folder).rglob("provenance.json"):
-            if prov.parent == Path(run_folder):
+            # its own record, and a resumed run's earlier attempts (lab.runs.runner.ATTEMPTS)
+            if prov.parent == Path(run_folder) or "attempts" in prov.relative_to(
+                    run_folder).parts[:1]:
                 continue
             try:
                 nested = json.loads(prov.read_text())

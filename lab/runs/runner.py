@@ -572,7 +572,7 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
     finally:
         if deadline.fired and status != OK:
             status, error = INTERRUPTED, (
-                f"time limit of {time_limit:g} s reached; resume with: python -m lab run "
+                f"time limit of {time_limit:.0f} s reached; resume with: python -m lab run "
                 f"{notebook} --resume {folder} [--time-limit SECONDS]")
         run |= {"status": status, "error": error, "ended": now(),
                 "duration_s": round(time.monotonic() - start, 2)}
@@ -685,6 +685,7 @@ def write_prepared(notebook: Path, resolution: Resolution, out: Path) -> Path:
 
 def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
             force: bool = False, prepare_only: bool = False, log=print, jobs: int = 1,
+            time_limit: float | None = None, resume: bool = False,
             **kwargs: Any) -> list[RunResult]:
     """Run every notebook in ``folder`` with its defaults, or every one that offers
     ``preset`` with that preset (the others are logged as skipped), in name order; a
@@ -693,7 +694,13 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
     ``force``. ``prepare_only``: write each prepared notebook (:func:`write_prepared`) instead of
     running it. ``log`` gets one progress line per notebook: k of n, elapsed, the estimate
     left from each notebook's last run. ``jobs``: how many notebooks run at once
-    (:func:`_run_side_by_side`), each in a worker process of its own."""
+    (:func:`_run_side_by_side`), each in a worker process of its own.
+
+    ``time_limit``: seconds for the whole batch, which then runs one notebook at a time, each
+    with the time left (:func:`run_notebook`); the notebooks it did not reach are listed as
+    not started. ``resume``: a notebook whose latest run with these parameters is unfinished
+    continues it (``run_notebook(resume=...)``); with ``time_limit``, repeating the command
+    finishes the set window by window."""
     out = Path(kwargs.get("out", "reports"))
     notebooks = sorted(Path(folder).glob("*.ipynb"))
     skipped = [nb for nb in notebooks if not offers(nb, preset)]
@@ -735,17 +742,38 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
             to_run.append((k, plan))
             _forget_reuse(out, plan.notebook.name)  # here, before runs end side by side
     jobs = min(jobs, len(to_run))  # one notebook to run gets every core, in this process
+    if time_limit is not None:
+        jobs = 1  # the batch's time is shared out one notebook after another
+    unfinished = {}
+    if resume:
+        for r in runs:  # newest first: a notebook's latest run with these parameters
+            key = (r.get("notebook"), json.dumps(r.get("parameters"), sort_keys=True,
+                                                 default=str))
+            unfinished.setdefault(key, Path(r["folder"]) if r.get("status") in (
+                INTERRUPTED, FAILED, RUNNING) else None)
     if jobs <= 1:
         for k, plan in to_run:
+            left = None if time_limit is None else time_limit - (time.monotonic() - start_time)
+            if left is not None and left < 10:
+                results += [RunResult(p.notebook, out, INTERRUPTED, "not started: the batch's "
+                                      "time limit was reached") for j, p in to_run if j >= k]
+                break
+            again = unfinished.get((plan.notebook.name, json.dumps(
+                plan.resolution.values, sort_keys=True, default=str)))
             log(f"[{k}/{len(plans)}] {plan.notebook.name}, "
-                f"{_minutes(time.monotonic() - start_time)} elapsed: running "
-                f"({_reason(plan, force)}); "
-                f"{_estimate(plan.estimate, [p for j, p in to_run if j >= k])}")
-            results.append(run_notebook(plan.notebook, resolution=plan.resolution,
-                                        inputs=plan.inputs, **kwargs))
+                f"{_minutes(time.monotonic() - start_time)} elapsed: "
+                + (f"resuming {again.name}" if again else f"running ({_reason(plan, force)})")
+                + f"; {_estimate(plan.estimate, [p for j, p in to_run if j >= k])}")
+            if again is not None:
+                results.append(run_notebook(plan.notebook, resume=again, time_limit=left,
+                                            inputs=plan.inputs, **kwargs))
+            else:
+                results.append(run_notebook(plan.notebook, resolution=plan.resolution,
+                                            inputs=plan.inputs, time_limit=left, **kwargs))
             if results[-1].status == INTERRUPTED or _shield["pending"]:  # a signal came
-                results += [RunResult(p.notebook, out, INTERRUPTED,
-                                      "not started: the batch was interrupted")
+                why = ("the batch's time limit was reached" if (results[-1].error or "")
+                       .startswith("time limit") else "the batch was interrupted")
+                results += [RunResult(p.notebook, out, INTERRUPTED, f"not started: {why}")
                             for j, p in to_run if j > k]
                 break
     else:
