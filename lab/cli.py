@@ -34,6 +34,7 @@ from lab.runs.runner import (
     OK,
     PRESET_CELL_TIMEOUT,
     RunnerError,
+    check_notebook,
     offers,
     run_all,
     run_notebook,
@@ -56,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     commands = parser.add_subparsers(dest="command")
     run = commands.add_parser("run", help="execute notebooks and write their reports")
+    parser.run_parser = run
     run.add_argument("notebook", nargs="?", type=Path, help="the .ipynb file to run")
     run.add_argument("--all", action="store_true", help="run every notebook (with --preset: "
                      "every notebook that has that preset)")
@@ -150,6 +152,11 @@ def _sweep(args) -> int:
     from lab.sweeps import load_spec, run_sweep, work
     from lab.sweeps.study import default_storage
 
+    if args.action in ("worker", "report") and args.storage is None:
+        found = args.out / "sweeps" / f"{args.study}.db"
+        if not found.is_file():  # opening it would create an empty one
+            raise ValueError(f"no study named {args.study!r} under {args.out} (no {found}); "
+                             "give the study's name, its --out, or --storage URL")
     if args.action == "worker":  # many per sweep: it imports no plotting
         storage = args.storage or default_storage(args.out, args.study)
         ran = work(storage, args.study, out=args.out, worker=args.worker)
@@ -213,6 +220,7 @@ def _show(resolution) -> None:
 
 
 def _run(parser, args) -> int:
+    parser = parser.run_parser  # errors about `run`'s arguments show `run`'s usage
     if args.all == (args.notebook is not None):
         parser.error("give either one NOTEBOOK or --all")
     explicit, raw = explicit_values(args)
@@ -225,6 +233,8 @@ def _run(parser, args) -> int:
         parser.error("--force applies to --all; one notebook always runs")
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.timeout is not None and args.timeout < 1:
+        raise RunnerError(f"--timeout must be at least 1 second per cell, got {args.timeout}")
     if args.all and args.resume not in (None, True):
         parser.error("--resume with --all takes no RUN_DIR: it continues each notebook's "
                      "latest unfinished run")
@@ -248,8 +258,7 @@ def _run(parser, args) -> int:
         if args.prepare_only:
             return 0
     else:
-        if not args.notebook.is_file():
-            raise RunnerError(f"notebook {args.notebook} does not exist; see `ls notebooks/`")
+        check_notebook(args.notebook)  # a .ipynb that exists, before reading it
         if args.resume is not None:
             results = [run_notebook(args.notebook, resume=Path(args.resume),
                                     time_limit=args.time_limit, **options)]
@@ -352,6 +361,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
     if args.command == "report":
+        if not args.out.is_dir():
+            what = "is a file" if args.out.exists() else "does not exist"
+            print(f"error: --out {args.out} {what}; pass the reports folder that holds runs/ "
+                  "(default: reports)", file=sys.stderr)
+            return 2
         print(build_index(args.out))
         return 0
     if args.command == "bundle":
@@ -365,8 +379,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         return 0
+    from lab.runs.imports import ImportRefused
+
     try:
         return _import(args) if args.command == "import" else _run(parser, args)
-    except (ParameterError, RunnerError) as err:
+    except (ParameterError, RunnerError, ImportRefused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

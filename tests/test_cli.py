@@ -99,3 +99,36 @@ def test_all_with_a_preset_prepares_every_notebook_that_has_it(tmp_path, capsys)
                  "--out", str(tmp_path / "o2")]) == 2
     assert f"no notebook in {folder} has a preset 'huge'" in capsys.readouterr().err
     assert not (tmp_path / "o2").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", str(ROOT / "README.md")], "README.md is not a notebook; pass a .ipynb file"),
+    (["run", "{nb}", "--timeout", "-5"],
+     "--timeout must be at least 1 second per cell, got -5"),
+    (["report", "--out", "{tmp}/nonexist"], "does not exist; pass the reports folder"),
+    (["report", "--out", "{tmp}/file"], "/file is a file; pass the reports folder"),
+    (["import", "{tmp}/nonexistent"], "nonexistent: not a folder; pass run folders"),
+    (["import", "{tmp}/empty"], "empty: no provenance.json; a run folder needs"),
+    (["sweep", "report", "--study", "nope", "--out", "{tmp}/sweeps_out"],
+     "no study named 'nope' under"),
+    (["sweep", "worker", "--study", "nope", "--out", "{tmp}/sweeps_out"],
+     "no study named 'nope' under"),
+])
+def test_every_refusal_is_one_line_and_writes_nothing(tmp_path, notebook, capsys, args,
+                                                      message):
+    (tmp_path / "file").write_text("mine")
+    (tmp_path / "empty").mkdir()
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    argv = [a.format(tmp=tmp_path, nb=notebook) for a in args]
+    assert main(argv + ([] if args[0] != "run" else ["--out", str(tmp_path / "out")])) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_run_without_a_notebook_shows_runs_own_usage(capsys):
+    with pytest.raises(SystemExit):
+        main(["run"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m lab run ") and "--time-limit" in err
+    assert err.rstrip().endswith("error: give either one NOTEBOOK or --all")
