@@ -97,6 +97,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the notebook again in the folder RUN_DIR of its unfinished "
                      "run, with that run's parameters, continuing from its checkpoints; "
                      "with --all (no RUN_DIR): continue each notebook's latest unfinished run")
+    run.add_argument("--help-notebook", action="store_true",
+                     help="print the notebook's parameters (type, default, what each does), "
+                     "its presets and what each changes, and how long its last runs took "
+                     "here; run nothing")
     run.add_argument("--hide-code", action="store_true", help="leave code out of the HTML")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     report = commands.add_parser("report", help="rebuild <out>/index.html and "
@@ -259,6 +263,8 @@ def _run(parser, args) -> int:
             return 0
     else:
         check_notebook(args.notebook)  # a .ipynb that exists, before reading it
+        if args.help_notebook:
+            return _help_notebook(args.notebook, args.out)
         if args.resume is not None:
             results = [run_notebook(args.notebook, resume=Path(args.resume),
                                     time_limit=args.time_limit, **options)]
@@ -273,6 +279,37 @@ def _run(parser, args) -> int:
         results = [run_notebook(args.notebook, resolution=resolution,
                                 time_limit=args.time_limit, **options)]
     return _summarise(results, args.out)
+
+
+def _help_notebook(notebook: Path, out: Path) -> int:
+    """``--help-notebook``: every parameter with its type, default and comment, every preset
+    with the values it changes, and the duration of the notebook's last ok run of each preset
+    under ``out`` (measured here; none before a first run)."""
+    from lab.runs.params import notebook_parameters, notebook_presets
+    from lab.runs.report import load_runs
+
+    declared = notebook_parameters(notebook)
+    print(f"{notebook.name}: {len(declared)} parameter(s) (name: type = default  # what it "
+          "does; -p NAME VALUE sets one)")
+    width = max((len(n) for n in declared), default=0)
+    for p in declared.values():
+        print(f"  {p.name:<{width}}: {p.type_name} = {p.default!r}"
+              + (f"  # {p.help}" if p.help else ""))
+    presets = notebook_presets(notebook)
+    runs = [r for r in (load_runs(out) if (out / "runs").is_dir() else [])
+            if r.get("notebook") == notebook.name and r.get("status") == OK]
+    print("presets (-p preset NAME; a -p value beats the preset's):")
+    for name, values in presets.items():
+        took = next((r.get("duration_s") for r in runs if r.get("preset") == name), None)
+        changes = ", ".join(f"{k}={v!r}" for k, v in values.items()
+                            if k not in declared or v != declared[k].default)
+        changes = changes or "the notebook's values"
+        time_here = (f"last ok run under {out}: {took / 60:.1f} min" if took is not None
+                     else f"no ok run under {out} yet")
+        print(f"  {name}: {changes} ({time_here})")
+    if not presets:
+        print("  none")
+    return 0
 
 
 def _summarise(results: list, out: Path) -> int:

@@ -132,3 +132,16 @@ def test_run_without_a_notebook_shows_runs_own_usage(capsys):
     err = capsys.readouterr().err
     assert err.startswith("usage: python -m lab run ") and "--time-limit" in err
     assert err.rstrip().endswith("error: give either one NOTEBOOK or --all")
+
+
+def test_help_notebook_lists_every_parameter_and_what_each_preset_changes(capsys, tmp_path):
+    path = ROOT / "notebooks" / "04_policy_improvement.ipynb"
+    assert main(["run", str(path), "--help-notebook", "--out", str(tmp_path)]) == 0
+    shown = capsys.readouterr().out
+    from lab.runs.params import notebook_parameters
+
+    for p in notebook_parameters(path).values():
+        assert f"  {p.name}" in shown and f"= {p.default!r}" in shown
+    claim = next(line for line in shown.splitlines() if line.startswith("  claim: "))
+    assert "total_steps=20000" in claim and "seeds=" not in claim  # only what it changes
+    assert "no ok run under" in claim and not (tmp_path / "runs").exists()
