@@ -9,6 +9,8 @@
     python -m lab claims verify reports/runs results    # verdicts recomputed from records
     python -m lab claims rederive results/04_*          # old records under today's rule
     python -m lab --version
+    python -m lab runs [--notebook NAME] [--csv]   # the runs as a table
+    python -m lab runs diff RUN_A RUN_B            # what differs between two runs
     python -m lab bundle OUT [--python 3.12] [--platform ...] [--have FREEZE]  # no network
     python -m lab sweep run sweeps/mpo_pendulum.yaml [--workers 4] [--storage URL]
     python -m lab sweep worker --storage URL --study NAME      # join from any machine
@@ -122,6 +124,16 @@ def _parser() -> argparse.ArgumentParser:
     for action in (check, again):
         action.add_argument("folders", nargs="+", type=Path, metavar="RUN_OR_RESULTS_DIR",
                             help="run folders, or folders holding them (results, reports)")
+    listing = commands.add_parser("runs", help="the runs in a reports folder as a table "
+                                  "(lab.runs.table); `runs diff RUN_A RUN_B`: what differs")
+    listing.add_argument("--out", type=Path, default=Path("reports"))
+    listing.add_argument("--notebook", help="that notebook's runs only (name or stem)")
+    listing.add_argument("--csv", action="store_true", help="CSV, one row per run")
+    listing_actions = listing.add_subparsers(dest="action")
+    compare = listing_actions.add_parser("diff", help="parameters, packages, inputs and "
+                                         "metrics that differ between two runs")
+    compare.add_argument("first", type=Path, metavar="RUN_A")
+    compare.add_argument("second", type=Path, metavar="RUN_B")
     pack = commands.add_parser("bundle", help="wheels, data and a run.sh for a machine "
                                "without network (lab.runs.bundle)")
     pack.add_argument("out", type=Path, metavar="OUT", help="a new folder for the bundle")
@@ -384,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_version())
         return 0
     if args.command is None:
-        parser.error("give a command: run, import, report, claims, bundle or sweep")
+        parser.error("give a command: run, import, report, runs, claims, bundle or sweep")
     if args.command == "claims":
         try:
             return _claims(args)
@@ -404,6 +416,23 @@ def main(argv: list[str] | None = None) -> int:
                   "(default: reports)", file=sys.stderr)
             return 2
         print(build_index(args.out))
+        return 0
+    if args.command == "runs":
+        from lab.runs import table
+
+        try:
+            if args.action == "diff":
+                print(table.diff_text(args.first, args.second))
+                return 0
+            if not (args.out / "runs").is_dir():
+                raise ValueError(f"no runs under {args.out}; run a notebook first, or pass "
+                                 "--out with the reports folder that holds runs/")
+            found = table.rows(args.out, args.notebook)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(table.as_csv(found) if args.csv else table.as_text(found), end="" if args.csv
+              else "\n")
         return 0
     if args.command == "bundle":
         from lab.runs.bundle import bundle

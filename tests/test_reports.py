@@ -528,3 +528,35 @@ def test_notebooks_that_time_their_claims_run_alone():
     assert next_to_start([], [], alone) is None
     assert not times_its_claims(ROOT / "notebooks" / "00_quickstart.ipynb")  # no claims
     assert times_its_claims(ROOT / "notebooks" / "13_parallel_wavenet.ipynb")  # samplers timed
+
+
+def test_runs_table_and_diff_read_the_records(tmp_path, capsys):
+    """`lab runs` lists each run with what it changed and its headline; `--csv` one row per
+    run; `runs diff` names every parameter, package and metric that differs."""
+    from lab.cli import main
+    from lab.runs import table
+
+    out = tmp_path / "reports"
+    a = write_run(out, "nb-a", "nb.ipynb", "2026-11-20T10:00:00", claim_metrics(HOLDS),
+                  parameters={"epochs": 30, "lr": 0.1})
+    b = write_run(out, "nb-b", "nb.ipynb", "2026-11-21T10:00:00",
+                  claim_metrics(HOLDS, loss=0.5), parameters={"epochs": 60, "lr": 0.1})
+    record = json.loads((b / "provenance.json").read_text())
+    record |= {"parameter_sources": {"epochs": "explicit", "lr": "default"},
+               "versions": {"python": "3.11", "jax": "0.5"}}
+    (b / "provenance.json").write_text(json.dumps(record))
+    found = table.rows(out)
+    assert [r["run"] for r in found] == ["nb-b", "nb-a"]  # newest first
+    assert found[0]["changed"] == "epochs=60" and found[1]["changed"] == ""
+    assert found[0]["final_loss"] == "0.5" and found[0]["minutes"] == 0.2
+    assert main(["runs", "--out", str(out), "--csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("run,notebook,status,preset,device")
+    assert main(["runs", "--out", str(out), "--notebook", "other"]) == 0
+    assert capsys.readouterr().out.strip() == ""
+    assert main(["runs", "diff", str(a), str(b)]) == 0
+    shown = capsys.readouterr().out
+    assert "  epochs: 30 -> 60" in shown and "  jax: '0.4' -> '0.5'" in shown
+    assert "  final_loss: 0.25 -> 0.5" in shown and "lr:" not in shown
+    assert main(["runs", "--out", str(tmp_path / "none")]) == 2
+    assert "no runs under" in capsys.readouterr().err
