@@ -114,3 +114,20 @@ def test_import_refuses_a_record_without_what_the_reports_need(tmp_path):
                        "'holds'.*claims rederive"):
         import_runs([folder], out)
     assert not out.exists()
+
+
+def test_a_record_alone_gets_a_page_with_its_claims_and_curves(tmp_path):
+    """A record without its notebook (results/'s): the import renders a report from it, with
+    the claims' evidence and one small figure per recorded curve, and the dashboard links
+    that page; no absolute path of the importing machine is shown."""
+    source = tmp_path / "elsewhere" / "01_proxprop-20261130-b2"
+    write_run(None, source.name, "01_proxprop.ipynb", STARTED, claim_metrics(HOLDS),
+              folder=source)
+    (source / "report.html").unlink()
+    (imported,) = import_runs([source], tmp_path / "reports")
+    page = (imported / "report.html").read_text()
+    assert "ProxProp lowers the loss faster per epoch" in page and "rendered from" in page
+    assert page.count('src="data:image/png') == 2  # the two curves, ProxProp and BackProp
+    dashboard = (tmp_path / "reports" / "claims.html").read_text()
+    assert f'href="runs/{source.name}/report.html"' in dashboard
+    assert str(tmp_path) not in dashboard and "imported from a folder named " in dashboard

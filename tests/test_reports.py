@@ -306,7 +306,7 @@ def test_dashboard_shows_each_scale_side_by_side_and_counts_the_largest(tmp_path
     assert '<span class="device">cpu</span>' in default and ">01234567<" in default
     assert ">holds</span>" in claim and ">recorded</span>" in claim
     assert '<span class="date">2026-11-22</span>' in claim and ">aaaabbbb<" in claim
-    assert 'href="runs/04-claim/metrics.json"' in claim  # no report.html came with it
+    assert 'href="runs/04-claim/report.html"' in claim  # rendered from its record
     assert ">smaller than claimed</span>" in gpu and ">recorded</span>" in gpu
     assert 'href="runs/04-gpu/report.html"' in gpu
     assert '<span class="device">NVIDIA H100 80GB HBM3</span>' in gpu

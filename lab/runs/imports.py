@@ -26,6 +26,7 @@ claims dashboard are rebuilt.
 import json
 import os
 import shutil
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,14 @@ def _copy(source: Path, destination: Path, run: dict[str, Any]) -> None:
                 shutil.copyfile(source / name, tmp / name)
         if (source / FIGURES).is_dir():
             shutil.copytree(source / FIGURES, tmp / FIGURES)
+        if not (tmp / REPORT_FILE).exists():  # a record alone: a page a reader can open
+            from lab.runs.record_report import render
+
+            try:
+                render(tmp)
+            except Exception as err:  # noqa: BLE001 - the record is what counts; say so
+                print(f"warning: no page rendered for {source.name} ({type(err).__name__}: "
+                      f"{err}); its card links metrics.json", file=sys.stderr)
         (tmp / IMPORTED_FILE).write_text(json.dumps(
             {"imported_from": str(source.resolve()), "imported_at": now()}, indent=2))
         tmp.rename(destination)
