@@ -1,5 +1,6 @@
 """The install files agree with each other, and the README covers every notebook."""
 
+import json
 import re
 import tomllib
 
@@ -41,3 +42,22 @@ def test_readme_describes_every_notebook():
 
 def test_ci_runs_make_test():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+PATH_IN_TEXT = re.compile(r"(?<![\w/.-])((?:lab|benchmarks|notebooks|scripts|docs|tests|results"
+                          r"|sweeps|jupyter)/[\w./-]*\w)(?![\w*<])")
+
+
+def test_every_path_the_readme_and_the_notebooks_name_exists():
+    """A file or folder named in README.md or in a notebook's markdown (`lab/...`,
+    `benchmarks/...`, ...) exists: a moved module leaves no stale pointer (globs and
+    placeholders such as results/11_* or runs/<run> are not paths)."""
+    texts = {"README.md": (ROOT / "README.md").read_text()}
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        texts[notebook.name] = "\n".join("".join(c["source"]) for c in cells
+                                         if c["cell_type"] == "markdown")
+    missing = [f"{name}: {m.group(1)}" for name, text in texts.items()
+               for m in PATH_IN_TEXT.finditer(text) if not (ROOT / m.group(1)).exists()]
+    assert not missing, missing
+    assert PATH_IN_TEXT.search("see `lab/parallel.py`").group(1) == "lab/parallel.py"
