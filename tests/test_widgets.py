@@ -166,7 +166,7 @@ def _fake_run(reports, name, started, curves, notebook="04_policy_improvement.ip
     (folder / "metrics.json").write_text(json.dumps({"curves": curves} if curves else {}))
 
 
-def test_compare_view_overlays_recorded_curves_of_picked_runs(tmp_path):
+def test_compare_view_overlays_recorded_curves_of_picked_runs(tmp_path, monkeypatch):
     from lab.widgets.compare import CompareView
 
     curve = {"x": [0, 10, 20], "y": [-1000, -500, -200], "xlabel": "steps", "ylabel": "return"}
@@ -182,6 +182,10 @@ def test_compare_view_overlays_recorded_curves_of_picked_runs(tmp_path):
     assert list(view.curve.options) == ["mpo"]
     assert len(CompareView(tmp_path).runs) == 3
     assert isinstance(view.show(headless=True), Image)
+    assert "[ok]" in view.runs[0]["label"]
+    monkeypatch.setenv("LAB_RUN_DIR", str(tmp_path / "runs" / "b"))  # drawn inside run b
+    assert "[this run]" in CompareView(tmp_path, notebook="04_policy_improvement.ipynb"
+                                       ).runs[0]["label"]
 
 
 SAC_PARAMS = dict(preset="default", env="pendulum_swingup", image_size=16, action_repeat=50,

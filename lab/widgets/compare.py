@@ -35,6 +35,7 @@ def default_reports_dir() -> Path:
 def runs_with_curves(reports: Path, notebook: str | None = None) -> list[dict[str, Any]]:
     """Runs (newest first) whose metrics hold curves, each with its ``curves`` and a label."""
     found = []
+    this = run_dir()  # the run this view is drawn in, if any: its record still says running
     for run in load_runs(Path(reports)):
         if notebook is not None and run.get("notebook") != notebook:
             continue
@@ -43,8 +44,10 @@ def runs_with_curves(reports: Path, notebook: str | None = None) -> list[dict[st
         if not curves:
             continue
         overrides = ", ".join(f"{k}={v}" for k, v in (run.get("overrides") or {}).items())
+        status = ("this run" if this is not None and folder.resolve() == this.resolve()
+                  else run.get("status"))
         run["label"] = (f"{run.get('started', '')[:16].replace('T', ' ')} "
-                        f"{run.get('notebook', '')} [{run.get('status')}] {overrides}").strip()
+                        f"{run.get('notebook', '')} [{status}] {overrides}").strip()
         run["curves"] = curves
         found.append(run)
     return found
