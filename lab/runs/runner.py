@@ -896,9 +896,13 @@ def _run_side_by_side(to_run: list[tuple[int, "Plan"]], total: int, jobs: int, f
                     worker.kill()
             for future, (_, plan, _) in running.items():
                 done = future.done() and not future.cancelled() and future.exception() is None
+                out = Path(kwargs.get("out", "reports"))
+                # a worker stopped before it made its run folder leaves nothing to record,
+                # but the notebook is still listed as interrupted
                 results += ([future.result()] if done else record_unfinished(
-                    plan.notebook, Path(kwargs.get("out", "reports")),
-                    kwargs.get("hide_code", False)))
+                    plan.notebook, out, kwargs.get("hide_code", False)) or [RunResult(
+                        plan.notebook, out, INTERRUPTED,
+                        "interrupted before its run folder was made")])
             results += [RunResult(plan.notebook, Path(kwargs.get("out", "reports")),
                                   INTERRUPTED, "not started: the batch was interrupted")
                         for _, plan in queue]
