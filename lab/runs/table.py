@@ -5,7 +5,8 @@
 
 ``rows(out, notebook)`` gives one dict per run (newest first): its folder, notebook, status,
 preset, device, start, minutes, the parameters that differ from the notebook's defaults
-(``changed``, as ``name=value; ...``; the record's ``parameter_sources``) and its headline
+(``changed``, as ``name=value; ...``; the record's ``parameter_sources``, or for an older
+record the notebook's defaults in ``notebooks/``) and its headline
 metrics, each as its own column (``frame`` returns them as a pandas DataFrame).
 ``diff(a, b)`` lists, per section (parameters, packages, inputs, metrics), every key whose
 value differs between the two runs' records.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.runs.claims import is_scalar
+from lab.runs.params import notebook_parameters
 from lab.runs.records import METRICS_FILE, read_metrics
 from lab.runs.report import PROVENANCE_FILE, load_runs
 
@@ -27,12 +29,19 @@ FIXED = ("run", "notebook", "status", "preset", "device", "started", "minutes", 
 def rows(out: str | Path = "reports", notebook: str | None = None) -> list[dict[str, Any]]:
     """One row per run under ``out/runs`` (``notebook``: that notebook's only, by file name
     or stem), newest first."""
-    found = []
+    found, defaults = [], {}
     for r in load_runs(Path(out)):
         name = r.get("notebook", "")
         if notebook is not None and notebook not in (name, Path(name).stem):
             continue
-        sources = r.get("parameter_sources") or {}
+        sources = r.get("parameter_sources")
+        if sources is None:  # an older record: against the notebook's defaults, if it is here
+            if name not in defaults:
+                path = Path("notebooks") / name
+                defaults[name] = ({k: p.default for k, p in notebook_parameters(path).items()}
+                                  if path.is_file() else {})
+            sources = {k: "default" if defaults[name].get(k, v) == v else "?"
+                       for k, v in (r.get("parameters") or {}).items()}
         changed = "; ".join(f"{k}={json.dumps(v)}" for k, v in (r.get("parameters") or {}).items()
                             if sources.get(k, "default") != "default")
         duration = r.get("duration_s")
