@@ -3,6 +3,8 @@
     python -m lab run notebooks/00_quickstart.ipynb -p epochs 2 [--out reports]
     python -m lab run NOTEBOOK -p preset claim -f params.yaml -y "seeds: 5" -r name text
     python -m lab run NOTEBOOK ... --prepare-only   # the prepared notebook; nothing runs
+    python -m lab run NOTEBOOK --help-notebook      # its parameters and presets
+    python -m lab run NOTEBOOK ... --time-limit 480 # stop in time; then --resume RUN_DIR
     python -m lab run --all [--preset gpu] [--notebooks notebooks] [--force] [--jobs N]
     python -m lab import DIR...                     # run folders made on other machines
     python -m lab report
