@@ -13,7 +13,8 @@ SETUP := $(VENV)/.setup-done
 $(SETUP): pyproject.toml scripts/system_deps.sh
 	scripts/system_deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip uv
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet uv || echo "uv could not be installed: pip installs instead"
 	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[dev,dmc,atari]' \
 		|| $(PY) -m pip install --quiet -e '.[dev,dmc,atari]'
 	$(PY) -m ipykernel install --sys-prefix --name lab --display-name "Python (lab)"
