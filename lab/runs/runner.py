@@ -417,6 +417,12 @@ class IPCKernelManager(AsyncKernelManager):
 DEADLINE_ENV = "LAB_DEADLINE"  # a time-limited run's kernel: when (epoch seconds) it stops
 CHECKPOINT_ENV = "LAB_CHECKPOINT_DIR"  # lab.train.checkpoint.default_dir
 ATTEMPTS = "attempts"  # a resumed run's earlier attempts, each in attempts/<n>/
+CHECKPOINTS = "checkpoints"  # a time-limited or resumed run's own checkpoint folder
+
+
+def _same_parameters(values: dict[str, Any] | None) -> str:
+    """Parameters as a key: equal for a run's values and their JSON round trip."""
+    return json.dumps(values, sort_keys=True, default=str)
 
 
 class Deadline:
@@ -484,7 +490,7 @@ def _shelve(folder: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
     where = folder / ATTEMPTS / str(len(attempts) + 1)
     where.mkdir(parents=True)
     for path in folder.iterdir():
-        if path.name not in (ATTEMPTS, "checkpoints"):
+        if path.name not in (ATTEMPTS, CHECKPOINTS):
             shutil.move(str(path), where / path.name)
     return attempts + [{k: run.get(k) for k in ("started", "ended", "duration_s", "status",
                                                  "error")} | {"folder": str(where)}]
@@ -525,8 +531,7 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
     previous = resumable(Path(resume), notebook) if resume is not None else None
     if previous is not None:
         resolution = resolve(notebook, previous.get("overrides") or {})
-        same = lambda d: json.dumps(d, sort_keys=True, default=str)  # noqa: E731
-        if same(resolution.values) != same(previous.get("parameters")):
+        if _same_parameters(resolution.values) != _same_parameters(previous.get("parameters")):
             raise RunnerError(f"{notebook.name}'s parameters changed since the run in {resume} "
                               "(its defaults or presets were edited); start a new run")
     resolution = resolution or resolve(notebook, explicit or {}, raw=raw)
@@ -541,7 +546,7 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
         folder, attempts = _new_run_dir(out, notebook, parameters), []
     deadline = Deadline(time_limit)
     if time_limit is not None or previous is not None:
-        kernel_env[CHECKPOINT_ENV] = str((folder / "checkpoints").resolve())
+        kernel_env[CHECKPOINT_ENV] = str((folder / CHECKPOINTS).resolve())
     if time_limit is not None:
         kernel_env[DEADLINE_ENV] = f"{time.time() + time_limit - deadline.grace:.0f}"
     executed = prepare(notebook, resolution, folder / notebook.name, record_inputs=True)
@@ -696,11 +701,11 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
     left from each notebook's last run. ``jobs``: how many notebooks run at once
     (:func:`_run_side_by_side`), each in a worker process of its own.
 
-    ``time_limit``: seconds for the whole batch, which then runs one notebook at a time, each
-    with the time left (:func:`run_notebook`); the notebooks it did not reach are listed as
-    not started. ``resume``: a notebook whose latest run with these parameters is unfinished
-    continues it (``run_notebook(resume=...)``); with ``time_limit``, repeating the command
-    finishes the set window by window."""
+    ``time_limit``: seconds for the whole batch, which then runs one notebook at a time (as
+    does ``resume``), each with the time left (:func:`run_notebook`); the notebooks it did
+    not reach are listed as not started. ``resume``: a notebook whose latest run with these
+    parameters is unfinished continues it (``run_notebook(resume=...)``); with
+    ``time_limit``, repeating the command finishes the set window by window."""
     out = Path(kwargs.get("out", "reports"))
     notebooks = sorted(Path(folder).glob("*.ipynb"))
     skipped = [nb for nb in notebooks if not offers(nb, preset)]
@@ -742,13 +747,12 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
             to_run.append((k, plan))
             _forget_reuse(out, plan.notebook.name)  # here, before runs end side by side
     jobs = min(jobs, len(to_run))  # one notebook to run gets every core, in this process
-    if time_limit is not None:
-        jobs = 1  # the batch's time is shared out one notebook after another
+    if time_limit is not None or resume:
+        jobs = 1  # the batch's time is shared out, and runs resumed, one after another
     unfinished = {}
     if resume:
         for r in runs:  # newest first: a notebook's latest run with these parameters
-            key = (r.get("notebook"), json.dumps(r.get("parameters"), sort_keys=True,
-                                                 default=str))
+            key = (r.get("notebook"), _same_parameters(r.get("parameters")))
             unfinished.setdefault(key, Path(r["folder"]) if r.get("status") in (
                 INTERRUPTED, FAILED, RUNNING) else None)
     if jobs <= 1:
@@ -758,8 +762,8 @@ def run_all(folder: str | Path = "notebooks", *, preset: str | None = None,
                 results += [RunResult(p.notebook, out, INTERRUPTED, "not started: the batch's "
                                       "time limit was reached") for j, p in to_run if j >= k]
                 break
-            again = unfinished.get((plan.notebook.name, json.dumps(
-                plan.resolution.values, sort_keys=True, default=str)))
+            again = unfinished.get((plan.notebook.name,
+                                    _same_parameters(plan.resolution.values)))
             log(f"[{k}/{len(plans)}] {plan.notebook.name}, "
                 f"{_minutes(time.monotonic() - start_time)} elapsed: "
                 + (f"resuming {again.name}" if again else f"running ({_reason(plan, force)})")
