@@ -13,6 +13,7 @@
     python -m lab --version
     python -m lab runs [--notebook NAME] [--csv]   # the runs as a table
     python -m lab runs diff RUN_A RUN_B            # what differs between two runs
+    python -m lab new NAME [--title T] [--paper P] # a new method's family: docs/new-method.md
     python -m lab bundle OUT [--python 3.12] [--platform ...] [--have FREEZE]  # no network
     python -m lab sweep run sweeps/mpo_pendulum.yaml [--workers 4] [--storage URL]
     python -m lab sweep worker --storage URL --study NAME      # join from any machine
@@ -148,6 +149,13 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument("--have", type=Path, help="the target's `pip freeze`: leave out what "
                       "it already has at the same version")
     pack.add_argument("--no-data", action="store_true", help="wheels and project only")
+    new = commands.add_parser("new", help="a new method's family in every layer, ready to "
+                              "run (lab.new.family; guide: docs/new-method.md)")
+    new.add_argument("name", metavar="NAME", help="a lowercase identifier, e.g. toy_method")
+    new.add_argument("--title", help="the notebook's title (default: from NAME)")
+    new.add_argument("--paper", help='"Authors, Title (Venue Year)" (default: a placeholder)')
+    new.add_argument("--root", type=Path, default=Path("."),
+                     help="the project's root, with lab/ and notebooks/ (default: here)")
     sweep = commands.add_parser("sweep", help="parameter sweeps with early termination")
     actions = sweep.add_subparsers(dest="action", required=True)
     start = actions.add_parser("run", help="create a study from a YAML spec and run it here")
@@ -380,14 +388,20 @@ def _claims(args) -> int:
             print(f"{folder.name}: " + "; ".join(
                 f"{name} {was.get(name, '(new)')} -> {verdict}" for name, verdict in after))
         return 0
-    bad = 0
+    from lab.runs.verdict import PLACEHOLDER
+
+    bad = unquoted = 0
     for folder in folders:
         problems = verify(folder)
         bad += bool(problems)
-        print(f"{'ok' if not problems else 'MISMATCH':>8}  {folder}")
+        only_quotes = bool(problems) and all(f"still {PLACEHOLDER}" in p for p in problems)
+        unquoted += only_quotes
+        label = "ok" if not problems else "UNQUOTED" if only_quotes else "MISMATCH"
+        print(f"{label:>8}  {folder}")
         for line in problems:
             print(f"          {line}")
-    print(f"{len(folders) - bad} of {len(folders)} run(s) reproduce their recorded verdicts")
+    print(f"{len(folders) - bad} of {len(folders)} run(s) reproduce their recorded verdicts"
+          + (f"; {unquoted} refused until their claims quote the paper" if unquoted else ""))
     return 1 if bad else 0
 
 
@@ -398,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_version())
         return 0
     if args.command is None:
-        parser.error("give a command: run, import, report, runs, claims, bundle or sweep")
+        parser.error("give a command: run, import, report, runs, claims, new, bundle or "
+                     "sweep")
     if args.command == "claims":
         try:
             return _claims(args)
@@ -435,6 +450,21 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(table.as_csv(found) if args.csv else table.as_text(found), end="" if args.csv
               else "\n")
+        return 0
+    if args.command == "new":
+        from lab.new.family import NewError, new_family
+
+        try:
+            written = new_family(args.root, args.name, title=args.title, paper=args.paper)
+        except NewError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        for path in written:
+            print(f"wrote  {path}")
+        notebook = next(p for p in written if p.suffix == ".ipynb")
+        print(f"next: python -m lab run {notebook.relative_to(args.root)}; then write the "
+              f"paper's words in lab/experiments/{args.name}.py (CLAIMS); guide: "
+              "docs/new-method.md")
         return 0
     if args.command == "bundle":
         from lab.runs.bundle import bundle

@@ -24,7 +24,8 @@ LAYERS = [
     {"lab.sweeps"},  # runs notebooks through lab.runs; report_phase (lab.sweeps.phases)
     {"lab.experiments"},  # each paper's studies; re-exports record, run_dir, report_phase
     {"lab.widgets"},  # panels over the experiments
-    {"lab.cli", "lab.__main__"},  # python -m lab: dispatches to lab.runs and lab.sweeps
+    # python -m lab: dispatches to lab.runs and lab.sweeps; lab.new writes a new family
+    {"lab.cli", "lab.__main__", "lab.new"},
 ]
 # Not an import and so not checked, rightly: the runner imports the experiment module that a
 # notebook's metadata names (lab.runs.params, importlib.import_module of a string read from

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lab.runs.verdict import mismatches
+from lab.runs.verdict import mismatches, unfilled
 
 METRICS, PROVENANCE = "metrics.json", "provenance.json"
 
@@ -40,9 +40,11 @@ def run_folders(paths: list[Path]) -> list[Path]:
 
 def verify(folder: Path) -> list[str]:
     """The mismatches (one line each) between ``folder``'s recorded verdicts and the rule
-    applied again to its recorded numbers; [] when every verdict is reproduced."""
+    applied again to its recorded numbers, and each claim whose paper's words are still the
+    placeholder of ``python -m lab new``; [] when every verdict is reproduced."""
     metrics = json.loads((folder / METRICS).read_text())
-    return mismatches([c for c in metrics.get("claims") or [] if isinstance(c, dict)])
+    claims = [c for c in metrics.get("claims") or [] if isinstance(c, dict)]
+    return mismatches(claims) + unfilled(claims)
 
 
 def experiment_module(notebook: Path):

@@ -67,6 +67,11 @@ CONFIDENCE = 0.95
 RESAMPLES = 9_999
 SEED = 0  # the bootstrap's and the permutation test's generator: verdicts recompute exactly
 POWER = 0.8  # for the units that would decide an inconclusive claim
+# What `python -m lab new` writes where only the researcher can say what the paper says (the
+# quote, its source, why the smallest effect): a claim may be declared and run with it, and
+# `lab claims verify` refuses the run until it is replaced (:func:`unfilled`).
+PLACEHOLDER = "FILL IN"
+FILLED = ("quote", "source", "minimum_effect_source")
 
 
 @dataclass(frozen=True)
@@ -313,6 +318,19 @@ def mismatches(recorded: list[dict[str, Any]]) -> list[str]:
                 problems.append(f"{e['name']}: {k} recorded {e.get(k)!r}, recomputed "
                                 f"{new.get(k)!r}")
     return problems
+
+
+def unfilled(recorded: list[dict[str, Any]]) -> list[str]:
+    """A line for each recorded claim whose paper's words (``FILLED``) still hold the
+    placeholder that ``python -m lab new`` writes: no verdict stands on an unquoted claim."""
+    out = []
+    for e in recorded:
+        empty = [k for k in FILLED if PLACEHOLDER in str(e.get(k) or "")]
+        if empty:
+            out.append(f"{e.get('name', '?')}: {', '.join(empty)} still {PLACEHOLDER}: write the "
+                       "paper's own words in the claim's Declaration (its experiment module's "
+                       "CLAIMS) and run it again")
+    return out
 
 
 def _same(a, b) -> bool:
