@@ -106,15 +106,18 @@ def test_curves_of_another_sweep_are_refused(tmp_path):
 @pytest.mark.slow
 def test_a_live_sweep_lands_where_the_simulator_predicts(tmp_path):
     """Two trials of notebook 07 under HyperTrick (2 worker processes), then random search on
-    its compute; the recorded curves of the same configurations predict both."""
+    its compute; the recorded curves of the same configurations (trained beside each other,
+    the live trials alone: common random numbers give both the same returns) predict each
+    outcome exactly: the compute, HyperTrick's best and random search's best are each one of
+    the values the replays over worker timings give."""
     spec = et.a2c_spec(game="breakout", envs=2, seeds=1, total_steps=400, evaluations=2,
                        phases=2, survival=0.5, trials=2, workers=2, name="live-test")
     curves = et.a2c_curves(spec, et.sample_configs(spec, 2, 0))
     prediction = et.predict_live(curves, 2, workers=2, replays=20)
     live = et.live(spec, tmp_path)
-    assert live["hypertrick_compute"] in set(prediction["hypertrick_compute"].round(6))
-    assert et.within(live["hypertrick_best"], prediction["hypertrick_best"], 0.0, 1.0)
-    assert et.within(live["random_best"], prediction["random_best"], 0.0, 1.0)
+    for key in ("hypertrick_compute", "hypertrick_best", "random_best"):
+        assert np.isclose(live[key], prediction[key], rtol=1e-5, atol=1e-6).any(), \
+            (key, live[key], sorted(set(prediction[key].round(6))))
 
 
 def test_displacement_breaks_tied_first_phases_against_the_claim():
