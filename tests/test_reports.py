@@ -137,6 +137,29 @@ def test_run_header_leads_with_claims_and_prints_no_array(tmp_path):
     assert "commit 0123456789" in head and "cpu:0 cpu" in head and "12.5 s" in head
 
 
+def test_the_papers_own_number_stands_beside_ours_in_the_report_and_on_the_dashboard(tmp_path):
+    """A claim that records the paper's number shows it in the run's report; the dashboard
+    shows it from whichever run recorded it (runs recorded before the field have none), and
+    a claim without one says the paper's text gives none."""
+    given = "a 2x speed-up (Table 1)"
+    head = render_header(tmp_path, claim_metrics(HOLDS, paper_value=given))
+    assert f"the paper reports: <b>{given}</b>" in head
+    assert "the paper's own number: none" in render_header(tmp_path, claim_metrics(HOLDS))
+    out = tmp_path / "reports"
+    write_run(out, "old", "01_proxprop.ipynb", "2026-11-20T10:00:00+00:00",
+              claim_metrics(HOLDS, paper_value=given))
+    newer = claim_metrics(FAILS)
+    for claim in newer["claims"]:
+        claim.pop("paper_value")  # recorded before the field existed
+    write_run(out, "new", "01_proxprop.ipynb", "2026-11-21T10:00:00+00:00", newer)
+    build_index(out)
+    rows = {r["claim"]["name"]: r for r in claim_rows(load_runs(out))}
+    assert rows["faster_per_epoch"]["paper_value"] == given
+    assert rows["stable"]["paper_value"] == ""
+    dashboard = (out / "claims.html").read_text()
+    assert dashboard.count(f"the paper reports: <b>{given}</b>") == 1
+
+
 def test_run_without_claims_renders(tmp_path):
     head = render_header(tmp_path, {"test_accuracy": 0.97, "curve": list(range(100))})
     assert "declares no claims" in head and "<table class=\"claims\">" not in head

@@ -598,6 +598,8 @@ CLAIMS = declarations(
         minimum_effect_source="a check against 1 + 1/search_precision: each search stops "
                               "within 1/search_precision of the largest size, so a ratio "
                               "below that could be a tie; the paper reports 13.7x at 64 GPUs",
+        paper_value="13.7x tensor parallelism's largest batch, at 64 NVIDIA P100 GPUs "
+                    "(Abstract)",
         family="memory",
         declared_after="the 2026-11-26 runs (before: a ratio above 1, batch and length in "
                        "one claim)"),
@@ -611,6 +613,8 @@ CLAIMS = declarations(
         comparison=CHECK, direction=GREATER,
         minimum_effect_source="a check against 1 + 1/search_precision (the searches' "
                               "precision); the paper reports 3.0x at 64 GPUs",
+        paper_value="3.0x tensor parallelism's longest sequence, at 64 NVIDIA P100 GPUs "
+                    "(Abstract)",
         family="memory",
         declared_after="the 2026-11-26 runs (before: a ratio above 1, batch and length in "
                        "one claim)"),

@@ -89,7 +89,8 @@ def is_scalar(value: Any) -> bool:
 EVIDENCE = ("quote", "source", "unit", "measure", "comparison", "direction", "minimum_effect",
             "minimum_effect_source", "threshold", "family", "family_size", "decidable_at",
             "budget", "budget_unit", "declared_after", "timing", "declaration", "values", "n",
-            "effect", "ci", "p", "p_raw", "measured_verdict", "units_to_decide", "to_remake")
+            "effect", "ci", "p", "p_raw", "measured_verdict", "units_to_decide", "to_remake",
+            "paper_value")
 
 
 def claims_of(metrics: dict[str, Any]) -> list[dict[str, Any]]:

@@ -332,7 +332,14 @@ def claim_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         cells.sort(key=lambda c: c["scale"].order)
         counted = max(cells, key=lambda c: (c["scale"].rank, c["run"].get("started", "")))
         counted["counted"] = True
+        # the paper's number is the paper's, whichever run recorded it (the newest that did:
+        # runs recorded before the field have none)
+        paper_value = next((c.get("paper_value") for run in runs
+                            if run.get("notebook", "") == notebook
+                            for c in run.get("claims") or []
+                            if c.get("name") == name and c.get("paper_value")), "")
         rows.append({"notebook": notebook, "claim": counted["claim"], "cells": cells,
+                     "paper_value": paper_value,
                      "counted": counted, "order": (0, position[notebook, name], name),
                      "earlier": sum(len(c["history"]) - 1 for c in cells),
                      "changes": sum(e["was"] is not None for c in cells for e in c["history"])})
