@@ -131,7 +131,9 @@ def test_run_header_leads_with_claims_and_prints_no_array(tmp_path):
     assert "effect +2 [1, 3] (95% CI), n = 3 (unit: seed), p = 0.125" in head
     assert "v-not-tested" in head and "Proximal Backpropagation" in head
     assert head.index("ProxProp lowers") < head.index("final_loss") < head.index("parameters")
-    assert "0.25" in head and "0.91" in head  # headline, 4 significant digits
+    assert "final loss <b>0.25</b>" in head and "0.91" in head  # labelled, 4 digits
+    labelled = claim_metrics(HOLDS) | {"headline_labels": {"final_loss": "loss at the end"}}
+    assert "loss at the end <b>0.25</b>" in render_header(tmp_path, labelled)
     assert "losses_by_lr" not in head.split("metrics.json")[0].split("parameters")[0]
     assert re.search(r'\d+ more recorded values .*href="metrics.json"', head, re.S)
     assert "commit 0123456789" in head and "cpu:0 cpu" in head and "12.5 s" in head
@@ -217,7 +219,8 @@ def test_index_and_dashboard_show_the_latest_verdicts(tmp_path):
     assert index.index("01-failed") < index.index("01-new") < index.index("01-old")  # newest first
     assert "v-does-not-hold" in index and "v-holds" in index and "v-inconclusive" in index
     assert "✗ faster_per_epoch" in index and "none declared" in index
-    assert "final_loss=0.222" in index and "test_accuracy=0.95" in index
+    assert "final loss <b>0.222</b>" in index and "test accuracy <b>0.95</b>" in index
+    assert 'title="final_loss in metrics.json"' in index  # the label, its key on hover
     assert not re.search(r"(\d[\d.]*,\s*){10}", index)
     for option in ("00_quickstart.ipynb", "01_proxprop.ipynb", "failed", "ok"):
         assert f"<option>{option}</option>" in index

@@ -566,7 +566,10 @@ def summary(m: dict[str, Any], setup: Setup) -> dict[str, Any]:
                   f"width {setup.hidden}, batch {setup.batch} x length {setup.length}; "
                   f"{plural(setup.seeds, 'seed')}; costs from compiled programs"),
         claims=claims,
-        headline=["heuristic_over_megatron_bytes", "data_parallel_over_megatron_bytes"])
+        headline=["heuristic_over_megatron_bytes", "data_parallel_over_megatron_bytes"],
+        labels={"heuristic_over_megatron_bytes": "bytes moved: the heuristic's over Megatron's",
+                "data_parallel_over_megatron_bytes": "bytes moved: data parallel's over "
+                                                     "Megatron's"})
 
 
 def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:

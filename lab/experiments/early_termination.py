@@ -658,7 +658,12 @@ def summary(m: dict[str, Any]) -> dict[str, Any]:
                   f"{plural(m['mpo_configurations'], 'MPO/Pendulum configuration')}"),
         claims=claims,
         headline=["a2c_spearman_phase1", "mpo_spearman_phase1", "hypertrick_at_least_random",
-                  "hypertrick_compute", "best_method"])
+                  "hypertrick_compute", "best_method"],
+        labels={"a2c_spearman_phase1": "A2C: first phase's rank correlation with the end",
+                "mpo_spearman_phase1": "MPO: first phase's rank correlation with the end",
+                "hypertrick_at_least_random": "HyperTrick at least as good as random search",
+                "hypertrick_compute": "HyperTrick's compute (whole trials)",
+                "best_method": "best method (simulated)"})
 
 
 def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:

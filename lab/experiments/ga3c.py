@@ -748,7 +748,12 @@ def summary(m: dict[str, Any], setup: Setup) -> dict[str, Any]:
                   f"{plural(setup.throughput_repeats, 'timing repeat')}"),
         claims=claims,
         headline=[k for k in ("ga3c_final_return", "a3c_final_return", "a2c_final_return",
-                              "ga3c_over_a3c_at_16", "a2c_over_ga3c_env_steps") if k in m])
+                              "ga3c_over_a3c_at_16", "a2c_over_ga3c_env_steps") if k in m],
+        labels={"ga3c_final_return": "GA3C final return", "a3c_final_return":
+                "A3C final return", "a2c_final_return": "jitted A2C final return",
+                "ga3c_over_a3c_at_16": "GA3C's environment steps per s over A3C's, 16 agents",
+                "a2c_over_ga3c_env_steps": "jitted A2C's environment steps per s over "
+                                           "GA3C's"})
 
 
 def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:

@@ -465,7 +465,13 @@ def summary(metrics: dict[str, Any], setup: Setup, *, early_epoch: int = 5,
                  f"{plural(len(metrics.get('lrs', setup.lr_grid)), 'step size')}",
         headline=["proxprop_final_train_loss", "backprop_final_train_loss",
                   "proxprop_final_val_accuracy", "backprop_final_val_accuracy",
-                  "proxprop_seconds_per_epoch", "backprop_seconds_per_epoch"])
+                  "proxprop_seconds_per_epoch", "backprop_seconds_per_epoch"],
+        labels={"proxprop_final_train_loss": "ProxProp final training loss",
+                "backprop_final_train_loss": "BackProp final training loss",
+                "proxprop_final_val_accuracy": "ProxProp final validation accuracy",
+                "backprop_final_val_accuracy": "BackProp final validation accuracy",
+                "proxprop_seconds_per_epoch": "ProxProp seconds per epoch",
+                "backprop_seconds_per_epoch": "BackProp seconds per epoch"})
 
 
 def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:

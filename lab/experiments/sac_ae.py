@@ -336,7 +336,10 @@ def summary(m: dict[str, Any]) -> dict[str, Any]:
         measured=(f"{m['env']} at {m['image_size']}x{m['image_size']}, "
                   f"{plural(m['env_steps'], 'environment step')}, {plural(m['seeds'], 'seed')}"),
         headline=[k for k in ("sac_ae_final_return", "pixel_sac_final_return", "threshold",
-                              "random_return") if k in m])
+                              "random_return") if k in m],
+        labels={"sac_ae_final_return": "SAC+AE final return", "pixel_sac_final_return":
+                "pixel SAC final return", "threshold": "return threshold",
+                "random_return": "random policy's return"})
 
 
 def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:

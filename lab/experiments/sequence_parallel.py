@@ -795,7 +795,14 @@ def summary(m: dict[str, Any], setup: Setup) -> dict[str, Any]:
                   "memory from compiled programs"),
         claims=claims,
         headline=["max_output_error", "curve_max_abs_difference", "local_final_accuracy",
-                  "mlp_crossover_bl", "batch_ratio", "length_ratio"])
+                  "mlp_crossover_bl", "batch_ratio", "length_ratio"],
+        labels={"max_output_error": "ring attention against full attention: largest output "
+                                    "error",
+                "curve_max_abs_difference": "training curves: largest loss difference",
+                "local_final_accuracy": "no communication (ablation): final accuracy",
+                "mlp_crossover_bl": "MLP memory crossover at B x L",
+                "batch_ratio": "largest batch: sequence over tensor parallelism",
+                "length_ratio": "longest sequence: sequence over tensor parallelism"})
 
 
 def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:

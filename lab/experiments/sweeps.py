@@ -192,7 +192,11 @@ def summary(m: dict[str, Any], spec: SweepSpec) -> dict[str, Any]:
                   f"{plural(spec.phases, 'phase')}, survival {spec.survival}, "
                   f"{plural(m['seeds'], 'sampler seed')}"),
         headline=["mean_hypertrick_best", "mean_random_best", "mean_hypertrick_compute",
-                  "mean_random_compute"])
+                  "mean_random_compute"],
+        labels={"mean_hypertrick_best": "HyperTrick's best (mean over sweeps)",
+                "mean_random_best": "random search's best (mean over sweeps)",
+                "mean_hypertrick_compute": "HyperTrick's compute (whole trials, mean)",
+                "mean_random_compute": "random search's compute (whole trials, mean)"})
 
 
 def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:

@@ -881,7 +881,10 @@ def summary(metrics: dict[str, Any], setup: Setup) -> dict[str, Any]:
                   f"{plural(meta.iterations, 'iteration')}, {plural(setup.seeds, 'seed')}, "
                   f"theta {setup.theta}); meta-tested on {', '.join(unseen) or 'no unseen task'}, "
                   f"{setup.test_steps} steps"),
-        headline=["mean_vsml_accuracy", "mean_meta_rnn_accuracy"])
+        headline=["mean_vsml_accuracy", "mean_meta_rnn_accuracy"],
+        labels={"mean_vsml_accuracy": "VS-ML accuracy, mean over the learnable unseen tasks",
+                "mean_meta_rnn_accuracy": "Meta-RNN accuracy, mean over the learnable unseen "
+                                          "tasks"})
 
 
 def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from lab.runs.verdict import (
 )
 
 WEAKLY = "weakly"  # retired: read from runs recorded before the shared rule, never written
-RESERVED = ("study", "claims", "headline")
+RESERVED = ("study", "claims", "headline", "headline_labels")
 __all__ = ["CHECK", "GREATER", "LESS", "PAIRED", "THRESHOLD", "FAILS", "HOLDS", "INCONCLUSIVE",
            "SMALLER", "TOO_SMALL", "UNTESTED", "VERDICTS", "Declaration", "judge", "summary",
            "claims_of", "headline_of", "study_of", "fmt", "plural", "declarations", "said"]
@@ -62,17 +62,20 @@ def declarations(*claims: Declaration) -> dict[str, Declaration]:
 
 
 def summary(*, paper: str, measured: str, paper_setting: str = "",
-            claims: list[dict[str, Any]] = (), headline: list[str] = ()) -> dict[str, Any]:
+            claims: list[dict[str, Any]] = (), headline: list[str] = (),
+            labels: dict[str, str] | None = None) -> dict[str, Any]:
     """The reserved entries of ``metrics.json`` for ``record(**summary(...))``; see the
     module docstring. ``claims`` are ``judge(...)``'s entries; each gets its verdict here,
-    the family's p-values corrected together."""
+    the family's p-values corrected together. ``labels``: what the reports call a headline
+    metric, with its unit (``"test accuracy, method"``); by default its name, spaced."""
     names = [c["name"] for c in claims]
     if len(set(names)) != len(names):
         raise ValueError(f"claim names repeat: {names}; give each claim its own name")
     # judge() keeps the numbers as [label, value] pairs: metrics.json is written with sorted
     # keys, and the order of the numbers is part of how they read ("ProxProp 0.29; ...")
     return {"study": {"paper": paper, "measured": measured, "paper_setting": paper_setting},
-            "claims": decide(list(claims)), "headline": list(headline)}
+            "claims": decide(list(claims)), "headline": list(headline),
+            "headline_labels": {k: v for k, v in (labels or {}).items() if k in headline}}
 
 
 def plural(n: int, word: str) -> str:
@@ -115,6 +118,13 @@ def headline_of(metrics: dict[str, Any]) -> dict[str, Any]:
     """The declared headline metrics that are scalars, name -> value (arrays never)."""
     names = metrics.get("headline") or []
     return {n: metrics[n] for n in names if n in metrics and is_scalar(metrics[n])}
+
+
+def label_of(metrics: dict[str, Any], name: str) -> str:
+    """What the reports call headline metric ``name``: its declared label, else its name
+    with spaces for underscores (the name itself is the label's tooltip)."""
+    labels = metrics.get("headline_labels")
+    return (labels.get(name) if isinstance(labels, dict) else None) or name.replace("_", " ")
 
 
 def study_of(metrics: dict[str, Any]) -> dict[str, str]:

@@ -32,6 +32,7 @@ from lab.runs.claims import (
     evidence,
     fmt,
     headline_of,
+    label_of,
     study_of,
 )
 from lab.runs.records import METRICS_FILE, read_metrics
@@ -128,6 +129,7 @@ def header(run: dict[str, Any]) -> dict[str, Any]:
     return run | {
         "claims": _shown_claims(metrics, run), "study": study_of(metrics),
         "headline": {k: fmt(v) for k, v in headline.items()},
+        "headline_labels": {k: label_of(metrics, k) for k in headline},
         "shown_parameters": {k: _short(v) for k, v in (run.get("parameters") or {}).items()},
         "changed_parameters": changed_parameters(run),
         "other_metrics": sorted(k for k in metrics if k not in shown),
@@ -202,6 +204,7 @@ def load_runs(out: Path) -> list[dict[str, Any]]:
                 "metrics_href": f"runs/{folder.name}/{METRICS_FILE}",
                 "claims": _shown_claims(metrics, run), "study": study_of(metrics),
                 "headline": {k: fmt(v) for k, v in headline_of(metrics).items()},
+                "headline_labels": {k: label_of(metrics, k) for k in headline_of(metrics)},
                 "preset": _preset(run), "reused_at": reused.get(folder.name),
                 "imported": imported if isinstance(imported, dict) else None,
                 "device": device, "accelerated": accelerated, "commit": _commit(run)}
