@@ -53,6 +53,9 @@ def test_every_path_the_readme_and_the_notebooks_name_exists():
     `benchmarks/...`, ...) exists: a moved module leaves no stale pointer (globs and
     placeholders such as results/11_* or runs/<run> are not paths)."""
     texts = {"README.md": (ROOT / "README.md").read_text()}
+    # the docs pages too, but the guide to `lab new`, whose paths are the family it makes
+    texts |= {f"docs/{p.name}": p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))
+              if p.name != "new-method.md"}
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(notebook.read_text())["cells"]
         texts[notebook.name] = "\n".join("".join(c["source"]) for c in cells
