@@ -205,6 +205,7 @@ def test_proxprop_bad_values_fail_before_any_kernel_starts(tmp_path, name, value
     (["-p", "inputs", "0"], "inputs must be at least 1"),
     (["-p", "theta", "pretrained"], "theta must be one of train, shipped"),
     (["-p", "method", "es", "-p", "devices", "2"], "asked for 2 devices but there are 1"),
+    (["-p", "rand_proj", "2"], "rand_proj (2) is the number of fixed projections"),
 ])
 def test_vsml_bad_values_fail_before_any_kernel_starts(tmp_path, params, message, capsys):
     from lab.cli import main

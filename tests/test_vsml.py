@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from lab.data import FixedTaskSource, TaskSource, load
+from lab.data.tasks import fixed_projections
 from lab.models import VSMLCell, VSMLNetwork, online_loss
 from lab.models.vsml import init_layer_state
 from lab.train.vsml import METHODS, MetaConfig, es_gradient, make_meta_train
@@ -162,6 +163,39 @@ def test_fixed_task_source_keeps_every_pixel_and_label():
         FixedTaskSource(x, y, steps=7, mean=0.0, std=1.0)
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
         FixedTaskSource(x, y, steps=2, mean=0.0, std=1.0, classes=3)
+
+
+def test_fixed_tasks_with_rand_proj_send_half_the_episodes_through_a_fixed_projection():
+    """The authors' rand_proj mix: an episode is either the raw pixels or the same pixels
+    times one of k fixed Glorot-uniform matrices (labels unchanged); about half are
+    projected; without projections the draws are those of the plain source."""
+    x = np.random.default_rng(0).normal(size=(40, 3, 3)).astype(np.float32)
+    y = np.arange(40) % 10
+    plain = FixedTaskSource(x, y, steps=40, mean=0.0, std=1.0)
+    mixed = FixedTaskSource(x, y, steps=40, mean=0.0, std=1.0, projections=2)
+    p = np.asarray(mixed.projections)
+    assert p.shape == (2, 9, 9) and np.abs(p).max() <= np.sqrt(6 / 18)
+    np.testing.assert_array_equal(p, fixed_projections(2, 9))  # drawn once, generator 0
+    flat = x.reshape(40, 9)
+
+    def rows_of(xs):  # the index of each episode row among the images, or None
+        found = [np.flatnonzero(np.abs(flat - r).max(1) < 1e-3) for r in xs]
+        return [int(f[0]) for f in found] if all(len(f) == 1 for f in found) else None
+
+    kinds = []
+    for k in range(64):
+        xs, ys = (np.asarray(a) for a in mixed.sample(jax.random.key(k)))
+        undone = [xs, *(xs @ np.linalg.inv(m) for m in p)]  # raw, or through matrix 0, 1
+        matches = [rows_of(u) for u in undone]
+        (kind,) = [i for i, m in enumerate(matches) if m is not None]
+        np.testing.assert_array_equal(ys, y[matches[kind]])  # each image keeps its label
+        kinds.append(kind)
+    assert 20 <= kinds.count(0) <= 44 and {1, 2} <= set(kinds)  # about half, both matrices
+    np.testing.assert_array_equal(plain.sample(jax.random.key(3))[0],
+                                  FixedTaskSource(x, y, steps=40, mean=0.0, std=1.0
+                                                  ).sample(jax.random.key(3))[0])
+    with pytest.raises(ValueError, match="projections must be 0"):
+        FixedTaskSource(x, y, steps=4, mean=0.0, std=1.0, projections=-1)
 
 
 def test_layer_norm_normalises_only_messages_between_layers():

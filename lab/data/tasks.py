@@ -7,7 +7,9 @@ meta-testing on others needs only the same projected input size.
 
 :class:`FixedTaskSource` is the other kind, the one the authors' code meta-trains on by
 default (``configs/default.yaml``: MNIST, ``rand_proj: False``): the dataset itself is the
-task, its own features and its own labels, every episode a fresh draw of examples.
+task, its own features and its own labels, every episode a fresh draw of examples; with
+``projections=k``, half of its episodes see the features through one of ``k`` fixed random
+projections (the authors' ``rand_proj: mpi_split [False, True]``).
 """
 
 import equinox as eqx
@@ -66,11 +68,13 @@ class FixedTaskSource(eqx.Module):
 
     x: jax.Array  # (n, features), (x - mean) / std
     y: jax.Array  # (n,) labels in [0, classes)
+    projections: jax.Array | None  # (k, features, features) fixed, or None: own features
     inputs: int = eqx.field(static=True)
     classes: int = eqx.field(static=True)
     steps: int = eqx.field(static=True)
 
-    def __init__(self, x, y, *, steps: int, mean: float, std: float, classes: int | None = None):
+    def __init__(self, x, y, *, steps: int, mean: float, std: float, classes: int | None = None,
+                 projections: int = 0, projection_seed: int = 0):
         x, y = np.asarray(x, np.float32).reshape(len(x), -1), np.asarray(y, np.int32)
         classes = int(y.max()) + 1 if classes is None else classes
         if not 1 <= steps <= len(x):
@@ -80,10 +84,30 @@ class FixedTaskSource(eqx.Module):
             raise ValueError(f"labels must lie in [0, {classes}), got {y.min()}..{y.max()}")
         if not std > 0:
             raise ValueError(f"std must be positive, got {std}")
+        if projections < 0:
+            raise ValueError(f"projections must be 0 (none) or more, got {projections}")
         self.x, self.y = jnp.asarray((x - mean) / std), jnp.asarray(y)
         self.inputs, self.classes, self.steps = x.shape[1], classes, steps
+        self.projections = None if not projections else jnp.asarray(
+            fixed_projections(projections, x.shape[1], projection_seed))
 
     def sample(self, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """A stream ``(xs (steps, inputs), ys (steps,))`` of distinct examples."""
-        index = jax.random.choice(key, self.y.shape[0], (self.steps,), replace=False)
-        return self.x[index], self.y[index]
+        """A stream ``(xs (steps, inputs), ys (steps,))`` of distinct examples; with
+        projections, the episode's features go through one of them (drawn uniformly) with
+        probability 1/2, the labels unchanged."""
+        if self.projections is None:
+            index = jax.random.choice(key, self.y.shape[0], (self.steps,), replace=False)
+            return self.x[index], self.y[index]
+        k_index, k_project, k_which = jax.random.split(key, 3)
+        index = jax.random.choice(k_index, self.y.shape[0], (self.steps,), replace=False)
+        xs = self.x[index]
+        chosen = self.projections[jax.random.randint(k_which, (), 0, self.projections.shape[0])]
+        return jnp.where(jax.random.bernoulli(k_project), xs @ chosen, xs), self.y[index]
+
+
+def fixed_projections(count: int, features: int, seed: int = 0) -> np.ndarray:
+    """``count`` fixed ``features x features`` projections drawn as the authors' ``data.py``
+    draws its ``rand_proj`` matrix: uniform on +-sqrt(6 / (2 features)) (Glorot), once."""
+    limit = np.sqrt(6 / (2 * features))
+    return np.random.default_rng(seed).uniform(-limit, limit, (count, features, features)
+                                               ).astype(np.float32)

@@ -95,7 +95,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # iterations; 64 episodes per task, to measure small differences
     "mnist": dict(meta_dataset="mnist_5k", tasks=["mnist_5k", "fashion_mnist"],
                   image_tasks=[], iterations=2000, lr=1e-2, test_episodes=64),
-    # the authors' set-up (configs/default.yaml + metarnn.yaml) as far as a shared 2-core CPU
+    # the authors' default configuration (configs/default.yaml + metarnn.yaml: rand_proj
+    # False, so not the run behind Figure 8, which is `paper`) as far as a shared 2-core CPU
     # allows in about an hour: MNIST's own pixels, pooled 4x4 to 7x7 = 49 (784 inputs cost
     # 1.6 s per 100-step meta-gradient episode of VS-ML here, ~10x the 49-input cost), and
     # its fixed ten labels; meta-tested on 400-image episodes of the test splits of
@@ -109,6 +110,16 @@ PRESETS: dict[str, dict[str, Any]] = {
                         tasks_per_batch=4, lr=3e-2, steps=100, test_steps=400,
                         test_episodes=32, meta_rnn_lrs=[3e-3, 1e-2, 3e-2],
                         meta_rnn_tasks_per_batch=4),
+    # the run behind the paper's Figure 8 (the README's command with
+    # configs/array/datasets.yaml): as mnist_fixed, but with rand_proj: mpi_split [False,
+    # True], half of the workers seeing the pixels through a fixed random projection each,
+    # for VS-ML and the Meta-RNN alike. Here: each meta-training (and validation) episode
+    # goes through one of 2 fixed projections with probability 1/2 (4 episodes a batch: on
+    # average two raw, two projected); meta-tested on the raw pixels
+    "paper": dict(meta_dataset="mnist_5k", fixed_tasks=True, inputs=49, classes=10,
+                  tasks=["mnist_5k", "fashion_mnist"], image_tasks=[], iterations=600,
+                  tasks_per_batch=4, lr=3e-2, steps=100, test_steps=400, test_episodes=32,
+                  meta_rnn_lrs=[3e-3, 1e-2, 3e-2], meta_rnn_tasks_per_batch=4, rand_proj=2),
 }
 """Named set-ups: a preset's values replace the notebook's (``-p preset mnist``)."""
 SHIPPED = Path(__file__).parent / "vsml_theta"
@@ -141,6 +152,7 @@ class Setup:
     preset: str = "default"  # the named set-up the values came from (PRESETS)
     fixed_tasks: bool = False  # the dataset itself is the task (FixedTaskSource)
     meta_rnn_lrs: tuple[float, ...] = ()  # the Meta-RNN step sizes swept; () is meta_rnn_lr
+    rand_proj: int = 0  # fixed tasks: half the episodes through one of this many projections
 
     @property
     def meta_rnn_sweep(self) -> tuple[float, ...]:
@@ -167,9 +179,10 @@ class Setup:
         shipped thetas."""
         dataset = {} if self.meta_dataset == "digits" else {"meta_dataset": self.meta_dataset}
         fixed = {"fixed_tasks": True} if self.fixed_tasks else {}
+        projected = {"rand_proj": self.rand_proj} if self.rand_proj else {}
         return {**asdict(self.meta), "inputs": self.inputs, "classes": self.classes,
                 "hidden": list(self.hidden), "layer_norm": self.layer_norm,
-                "steps": self.steps, **dataset, **fixed}
+                "steps": self.steps, **dataset, **fixed, **projected}
 
 
 def configure(*, method: str, iterations: int, tasks_per_batch: int, lr: float,
@@ -179,7 +192,7 @@ def configure(*, method: str, iterations: int, tasks_per_batch: int, lr: float,
               image_tasks: list[str], theta: str, checkpoint: bool, backprop_alpha: float,
               backprop_iterations: int, devices: int = 1, meta_dataset: str = "digits",
               preset: str = "default", fixed_tasks: bool = False,
-              meta_rnn_lrs: list[float] | None = None) -> Setup:
+              meta_rnn_lrs: list[float] | None = None, rand_proj: int = 0) -> Setup:
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
     A ``preset`` other than ``default`` puts its values over the others first."""
     given = dict(locals())  # the parameters, before anything else is defined
@@ -212,6 +225,10 @@ def configure(*, method: str, iterations: int, tasks_per_batch: int, lr: float,
                          f"{list(meta_rnn_lrs)}")
     if fixed_tasks:
         _check_fixed(meta_dataset, [*tasks, *image_tasks], inputs, classes, steps, test_steps)
+    if rand_proj < 0 or (rand_proj and not fixed_tasks):
+        raise ValueError(f"rand_proj ({rand_proj}) is the number of fixed projections half "
+                         "of the fixed tasks' episodes go through: 0, or at least 1 with "
+                         "fixed_tasks = True (other tasks are each projected anyway)")
     if meta_rnn_tasks_per_batch < 1:
         raise ValueError(f"meta_rnn_tasks_per_batch must be at least 1, got "
                          f"{meta_rnn_tasks_per_batch}")
@@ -234,7 +251,7 @@ def configure(*, method: str, iterations: int, tasks_per_batch: int, lr: float,
                   layer_norm, steps, test_steps, test_episodes, seeds,
                   tuple(dict.fromkeys([*tasks, *cached])),
                   tuple(t for t in image_tasks if t not in cached), theta, checkpoint, backprop,
-                  devices, meta_dataset, preset, fixed_tasks, meta_rnn_lrs)
+                  devices, meta_dataset, preset, fixed_tasks, meta_rnn_lrs, rand_proj)
     if theta == "shipped":
         for seed in range(seeds):
             _check_shipped(setup, seed)
@@ -307,10 +324,13 @@ def meta_source(setup: Setup, steps: int) -> TaskSource | FixedTaskSource:
     """Meta-training tasks: ``setup.classes`` random classes of the meta-training dataset's
     train split (images pooled to 7x7), projected to ``setup.inputs`` features; with
     ``setup.fixed_tasks``, its train split itself (less the validation images), pooled to
-    ``setup.inputs`` pixels, with its own labels."""
+    ``setup.inputs`` pixels, with its own labels, half of the episodes through one of
+    ``setup.rand_proj`` fixed projections where that is not 0 (the same ones for every seed
+    and learner: generator 0)."""
     if setup.fixed_tasks:
         mean, std = fixed_statistics(setup)
-        return FixedTaskSource(*_fixed_train(setup), steps=steps, mean=mean, std=std)
+        return FixedTaskSource(*_fixed_train(setup), steps=steps, mean=mean, std=std,
+                               projections=setup.rand_proj)
     x, y = load(setup.meta_dataset, "train")
     return TaskSource(pooled(x), y, inputs=setup.inputs, classes=setup.classes, steps=steps)
 
@@ -324,7 +344,7 @@ def validation_source(setup: Setup) -> TaskSource | FixedTaskSource:
         return meta_source(setup, setup.steps)
     mean, std = fixed_statistics(setup)
     return FixedTaskSource(*_fixed_train(setup, validation=True), steps=setup.steps, mean=mean,
-                           std=std, classes=setup.classes)
+                           std=std, classes=setup.classes, projections=setup.rand_proj)
 
 
 def unseen_source(setup: Setup, task: str) -> TaskSource:
@@ -875,6 +895,9 @@ def summary(metrics: dict[str, Any], setup: Setup) -> dict[str, Any]:
     meta = setup.meta
     form = (f"its own {setup.inputs} pixels and {setup.classes} labels" if setup.fixed_tasks
             else f"{setup.classes}-class tasks projected to {setup.inputs} features")
+    if setup.rand_proj:
+        form += (f", half of the episodes through one of {setup.rand_proj} fixed random "
+                 "projections (the authors' rand_proj)")
     return claims_summary(
         paper=PAPER, paper_setting=PAPER_SETTING, claims=claims,
         measured=(f"meta-trained on {setup.meta_dataset}, {form} ({meta.method}, "
