@@ -162,6 +162,24 @@ def test_the_papers_own_number_stands_beside_ours_in_the_report_and_on_the_dashb
     assert dashboard.count(f"the paper reports: <b>{given}</b>") == 1
 
 
+def test_the_dashboard_links_each_papers_page(tmp_path, monkeypatch):
+    """A notebook whose family has docs/papers/<name>.md gets a link to it in the paper
+    column, relative to the reports folder; one without a page gets none."""
+    from lab.runs import report
+
+    papers = tmp_path / "docs" / "papers"
+    papers.mkdir(parents=True)
+    (papers / "proxprop.md").write_text("# ProxProp")
+    monkeypatch.setattr(report, "PAPERS", papers)
+    out = tmp_path / "reports"
+    write_run(out, "01", "01_proxprop.ipynb", "2026-11-20T10:00:00+00:00", claim_metrics(HOLDS))
+    write_run(out, "09", "09_other.ipynb", "2026-11-20T10:00:00+00:00", claim_metrics(HOLDS))
+    build_index(out)
+    dashboard = (out / "claims.html").read_text()
+    assert dashboard.count("the paper's page</a>") == 1
+    assert 'href="../docs/papers/proxprop.md"' in dashboard
+
+
 def test_run_without_claims_renders(tmp_path):
     head = render_header(tmp_path, {"test_accuracy": 0.97, "curve": list(range(100))})
     assert "declares no claims" in head and "<table class=\"claims\">" not in head

@@ -10,6 +10,7 @@ number ``NN``::
     notebooks/NN_NAME.ipynb     the notebook: parameters, claim, run, verdict, panel, compare
     tests/test_NAME.py          closed forms, refusals and a smoke run of the notebook
     benchmarks/NAME.py          a ratio measured side by side
+    docs/papers/NAME.md         the paper's page: its claims, our set-up, recorded runs, history
 
 and adds the notebook's row to the README's table. Every file comes from
 ``lab/new/templates`` with the name, number, title and paper put in; the claim's quote and
@@ -45,7 +46,8 @@ def targets(name: str, number: str) -> dict[str, str]:
             "experiment.py": f"lab/experiments/{name}.py",
             "panel.py": f"lab/widgets/{name}_panel.py",
             "notebook.py": f"notebooks/{number}_{name}.ipynb",
-            "test.py": f"tests/test_{name}.py", "benchmark.py": f"benchmarks/{name}.py"}
+            "test.py": f"tests/test_{name}.py", "benchmark.py": f"benchmarks/{name}.py",
+            "paper.md": f"docs/papers/{name}.md"}
 
 
 def next_number(root: Path) -> str:

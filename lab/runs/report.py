@@ -397,12 +397,26 @@ def latest_reports(stems: list[str], reused: dict[str, dict[str, Any]],
     return pages
 
 
+PAPERS = Path(__file__).resolve().parents[2] / "docs" / "papers"
+"""Each family's page (``docs/papers/<notebook name without its number>.md``): what the
+paper claims, our set-up, the recorded runs and the history; the dashboard links it."""
+
+
+def paper_page(notebook: str, out: Path) -> str | None:
+    """The link from ``out`` to ``notebook``'s paper page, None where it has none."""
+    family = re.sub(r"^\d+_", "", Path(notebook).stem)
+    page = PAPERS / f"{family}.md"
+    return os.path.relpath(page, Path(out).resolve()) if family and page.exists() else None
+
+
 def build_index(out: Path) -> Path:
     """Write ``out/index.html`` (every run, newest first, and the latest report of each
     notebook, ``out/<notebook>.html``) and ``out/claims.html``."""
     out = Path(out)
     runs = load_runs(out)
     rows = claim_rows(runs)
+    for row in rows:
+        row["paper_page"] = paper_page(row["notebook"], out)
     counts, scale_note = headline_counts(rows)
     _write_page(out, CLAIMS_PAGE, "claims.html.j2", rows=rows, counts=counts,
                 scale_note=scale_note)
