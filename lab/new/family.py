@@ -119,9 +119,9 @@ def notebook(text: str, name: str) -> str:
 
 
 def readme_row(name: str, number: str, title: str, paper: str) -> str:
-    return (f"| `notebooks/{number}_{name}.ipynb` | {title} ({paper}), made by `python -m lab "
-            f"new {name}`: a method against a baseline on an offline data set, seeds trained "
-            "together, one claim (its quote still to fill) |")
+    return (f"| `notebooks/{number}_{name}.ipynb` | {paper}; [its page](docs/papers/{name}.md) "
+            f"| {title}: made by `python -m lab new {name}`, a method against a baseline, one "
+            "claim whose quote is still to fill |")
 
 
 def add_to_readme(root: Path, row: str) -> bool:
