@@ -3,6 +3,7 @@ through plain papermill with smoke parameters."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -71,6 +72,46 @@ HEADLINE = {
 # records at least one claim, each declared in its experiment module (``CLAIMS``) and
 # reproduced from its own record by the shared rule (``lab claims verify``).
 NO_CLAIMS = {"00_quickstart", "04_policy_improvement", "07_a2c"}
+
+
+# What belongs on a paper's page (docs/papers/<family>.md), not in a notebook, whose report
+# speaks of its own run: a run's date, a commit hash, a recorded run's folder, an old figure
+# beside a new one ("(was 0.52)"). And no markdown cell over 40 lines.
+RUN_SPECIFIC = re.compile(r"\b20\d\d-\d\d-\d\d\b"  # a date
+                          r"|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b"  # a commit
+                          r"|results/\d\d_|\(was [-+]?\d")
+MARKDOWN_LINES = 40
+
+
+def run_specific(markdown: list[str]) -> list[str]:
+    """``cell i: what`` for each markdown cell too long or naming a particular run."""
+    out = []
+    for i, text in enumerate(markdown):
+        if len(text.splitlines()) > MARKDOWN_LINES:
+            out.append(f"cell {i}: {len(text.splitlines())} lines (at most {MARKDOWN_LINES})")
+        out += [f"cell {i}: {m.group(0)!r}" for m in RUN_SPECIFIC.finditer(text)]
+    return out
+
+
+def test_the_run_specific_check_finds_what_it_should():
+    planted = ["# A method\nThe run of 2026-11-26 (commit 0b6cd5d, `results/14_causal-x`)",
+               "share 0.61 (was 0.52)", "\n".join(["a line"] * 41),
+               "28x28 -> 7x7 pixels, seeds 0-4, Adam 3e-3, deadbeef is a word"]
+    assert run_specific(planted) == ["cell 0: '2026-11-26'", "cell 0: '0b6cd5d'",
+                                     "cell 0: 'results/14_'", "cell 1: '(was 0'",
+                                     "cell 2: 41 lines (at most 40)"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_markdown_speaks_of_its_own_run_and_links_its_papers_page(path):
+    """The markdown states nothing of another run (that is the paper's page), each cell
+    short; a notebook with claims links its family's page from its first cell."""
+    cells = nbformat.read(path, as_version=4).cells
+    markdown = ["".join(c.source) for c in cells if c.cell_type == "markdown"]
+    assert run_specific(markdown) == []
+    if getattr(experiment_module(path), "CLAIMS", None):
+        page = f"docs/papers/{re.sub(r'^[0-9]+_', '', path.stem)}.md"
+        assert (ROOT / page).exists() and page in markdown[0], page
 
 
 def test_every_notebook_has_smoke_parameters():
