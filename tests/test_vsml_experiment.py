@@ -244,7 +244,7 @@ def test_configure_puts_the_preset_over_the_parameters():
     assert setup.seeds == DEFAULTS["seeds"]  # what the preset does not name stays
     assert configure(**with_preset(DEFAULTS | {"preset": "mnist"}, experiment.PRESETS)) == setup
     with pytest.raises(ValueError, match=r"^unknown preset 'cifar'; choose one of default, mnist, "
-                                         r"mnist_fixed$"):
+                                         r"mnist_fixed, paper$"):
         configure(**DEFAULTS | {"preset": "cifar"})
     with pytest.raises(ValueError, match="unknown meta-training dataset 'mnist'; choose one of "
                                          "digits, mnist_5k"):
