@@ -368,7 +368,7 @@ def _import(args) -> int:
 def _claims(args) -> int:
     from datetime import UTC, datetime
 
-    from lab.runs.rederive import rederive, run_folders, verify
+    from lab.runs.rederive import check, rederive, run_folders
 
     missing = [str(f) for f in args.folders if not f.is_dir()]
     if missing:
@@ -388,13 +388,12 @@ def _claims(args) -> int:
             print(f"{folder.name}: " + "; ".join(
                 f"{name} {was.get(name, '(new)')} -> {verdict}" for name, verdict in after))
         return 0
-    from lab.runs.verdict import PLACEHOLDER
-
     bad = unquoted = 0
     for folder in folders:
-        problems = verify(folder)
+        wrong, unquoted_claims = check(folder)
+        problems = wrong + unquoted_claims
         bad += bool(problems)
-        only_quotes = bool(problems) and all(f"still {PLACEHOLDER}" in p for p in problems)
+        only_quotes = bool(unquoted_claims) and not wrong
         unquoted += only_quotes
         label = "ok" if not problems else "UNQUOTED" if only_quotes else "MISMATCH"
         print(f"{label:>8}  {folder}")

@@ -39,12 +39,19 @@ def run_folders(paths: list[Path]) -> list[Path]:
 
 
 def verify(folder: Path) -> list[str]:
-    """The mismatches (one line each) between ``folder``'s recorded verdicts and the rule
-    applied again to its recorded numbers, and each claim whose paper's words are still the
-    placeholder of ``python -m lab new``; [] when every verdict is reproduced."""
+    """The problems (one line each) :func:`check` finds in ``folder``; [] when every verdict
+    is reproduced and every claim quotes its paper."""
+    wrong, unquoted = check(folder)
+    return wrong + unquoted
+
+
+def check(folder: Path) -> tuple[list[str], list[str]]:
+    """``(mismatches, unquoted)``: the lines where ``folder``'s recorded verdicts differ from
+    the rule applied again to its recorded numbers, and those of claims whose paper's words
+    are still the placeholder of ``python -m lab new``."""
     metrics = json.loads((folder / METRICS).read_text())
     claims = [c for c in metrics.get("claims") or [] if isinstance(c, dict)]
-    return mismatches(claims) + unfilled(claims)
+    return mismatches(claims), unfilled(claims)
 
 
 def experiment_module(notebook: Path):
