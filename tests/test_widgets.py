@@ -183,9 +183,38 @@ def test_compare_view_overlays_recorded_curves_of_picked_runs(tmp_path, monkeypa
     assert len(CompareView(tmp_path).runs) == 3
     assert isinstance(view.show(headless=True), Image)
     assert "[ok]" in view.runs[0]["label"]
+    assert view.widget.children[0].value.startswith("2 finished run(s) with curves")
     monkeypatch.setenv("LAB_RUN_DIR", str(tmp_path / "runs" / "b"))  # drawn inside run b
-    assert "[this run]" in CompareView(tmp_path, notebook="04_policy_improvement.ipynb"
-                                       ).runs[0]["label"]
+    inside = CompareView(tmp_path, notebook="04_policy_improvement.ipynb")
+    assert "[this run]" in inside.runs[0]["label"]
+    assert inside.widget.children[0].value.startswith("1 finished run(s) and this run with")
+
+
+def test_mean_and_range_draws_the_seed_mean_and_band_and_says_so():
+    from matplotlib.figure import Figure
+
+    from lab.widgets.bands import mean_and_range
+
+    ax = Figure().add_subplot()
+    values = np.array([[1.0, 4.0, np.nan], [3.0, 2.0, np.nan], [2.0, 6.0, np.nan]])
+    mean_and_range(ax, [0, 1, 2], values, label="mpo", color="C0")
+    line, = ax.lines
+    assert line.get_label() == "mpo: mean of 3 seeds, band min-max"
+    np.testing.assert_allclose(line.get_ydata()[:2], [2.0, 4.0])
+    assert np.isnan(line.get_ydata()[2])  # no seed there: a gap, not a warning
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == 1.0 and band.max() == 6.0
+
+
+def test_range_bars_reach_the_lowest_and_highest_value_and_are_never_negative():
+    from lab.widgets.bands import range_bars
+
+    values = [[1.0, 3.0, 2.0], [5.0], [0.7, 0.7, 0.7]]
+    centres = [2.0, 5.0, np.mean([0.7, 0.7, 0.7])]
+    assert centres[2] < 0.7  # the mean rounds a hair below every value it averages
+    bars = range_bars(centres, values)
+    np.testing.assert_allclose(bars, [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]], atol=1e-15)
+    assert (bars >= 0).all()  # matplotlib refuses a negative error
 
 
 SAC_PARAMS = dict(preset="default", env="pendulum_swingup", image_size=16, action_repeat=50,

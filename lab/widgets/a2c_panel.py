@@ -7,7 +7,7 @@ Run trains the controls' configuration (``lab.experiments.a2c.curves``, one seed
 ``total_steps`` environment steps; after every ``eval_every`` steps the figure shows the mean
 return of the episodes that ended since the last point. Pause holds the training between
 evaluations; Stop ends it. ``panel.result`` holds ``(returns, env_steps)``. It opens on the
-notebook's curve (the mean over its seeds) when given one.
+notebook's curves (their mean over its seeds and their range) when given them.
 """
 
 from typing import Any
@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from lab.experiments import a2c as experiment
+from lab.widgets.bands import mean_and_range
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel
 
@@ -31,7 +32,13 @@ CONTROLS = (
 
 def draw(figure: Figure, data: dict[str, Any]) -> None:
     ax = figure.subplots()
-    ax.plot(data["env_steps"], data["returns"], "o-", color="C0")
+    returns = np.asarray(data["returns"], dtype=float)
+    if returns.ndim == 2:  # the notebook's seeds
+        mean_and_range(ax, data["env_steps"], returns, label="notebook's run", color="C0",
+                       marker="o")
+        ax.legend(fontsize=7)
+    else:
+        ax.plot(data["env_steps"], returns, "o-", color="C0")
     ax.set(xlabel="environment steps", ylabel="episode return",
            title=f"A2C, t_max {data['t_max']}, learning rate {data['learning_rate']:.2g}, "
                  f"discount {data['discount']}{data.get('note', '')}")
@@ -69,6 +76,5 @@ def a2c_panel(params: dict[str, Any], result: tuple[np.ndarray, np.ndarray] | No
         done = np.isfinite(returns[0]).any(axis=0)  # the evaluations run (fewer if pruned)
         panel.set_result(experiment.configure(**params).config | {
             "env_steps": env_steps[0, done].tolist(),
-            "returns": np.nanmean(returns[0][:, done], axis=0).tolist(),
-            "note": " (the notebook's, seed mean)"}, result)
+            "returns": returns[0][:, done].tolist(), "note": " (the notebook's)"}, result)
     return panel

@@ -44,8 +44,8 @@ def runs_with_curves(reports: Path, notebook: str | None = None) -> list[dict[st
         if not curves:
             continue
         overrides = ", ".join(f"{k}={v}" for k, v in (run.get("overrides") or {}).items())
-        status = ("this run" if this is not None and folder.resolve() == this.resolve()
-                  else run.get("status"))
+        run["this_run"] = this is not None and folder.resolve() == this.resolve()
+        status = "this run" if run["this_run"] else run.get("status")
         run["label"] = (f"{run.get('started', '')[:16].replace('T', ' ')} "
                         f"{run.get('notebook', '')} [{status}] {overrides}").strip()
         run["curves"] = curves
@@ -84,8 +84,10 @@ class CompareView:
         self.image = widgets.Image(format="png")
         self.select.observe(lambda _: self._refresh(), names="value")
         self.curve.observe(lambda _: self.draw(), names="value")
-        note = widgets.HTML(f"{len(self.runs)} finished run(s) with curves in "
-                            f"<code>{self.reports}/runs</code>")
+        finished = sum(not r["this_run"] for r in self.runs)
+        note = widgets.HTML(f"{finished} finished run(s)"
+                            + (" and this run" if finished < len(self.runs) else "")
+                            + f" with curves in <code>{self.reports}/runs</code>")
         self.widget = widgets.VBox([note, self.select, self.curve, self.image])
         self.draw()
 

@@ -32,7 +32,8 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # no trial finished yet: NaN
             lo, mid, hi = np.nanquantile(b, [0.1, 0.5, 0.9], axis=0)
-        ax.plot(grid, mid, color=color, label=f"{name} (median of {len(b)} orders)")
+        ax.plot(grid, mid, color=color,
+                label=f"{name}: median of {len(b)} orders, band 10th-90th percentile")
         ax.fill_between(grid, lo, hi, color=color, alpha=0.2)
     ax.set(xlabel="compute (whole trials)", ylabel="best final metric found")
     ax.legend(fontsize=7)

@@ -12,7 +12,7 @@ panel. The right plot is the schedule model's timeline of four batches on four d
 measured (``timing``): forward passes, heads, pull-backs and updates, and the waits between
 them. Pause holds training between two chunks; Stop ends it. ``panel.result`` holds the
 run's curve. Given the notebook's studies it opens on the first task's curves (each rule's
-mean over seeds) and the schedule of the rule chosen.
+mean over seeds and their range) and the schedule of the rule chosen.
 """
 
 from typing import Any
@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from lab.experiments import interlocking as experiment
 from lab.parallel import interlocking as schedule
 from lab.train import interlocking as train
+from lab.widgets.bands import mean_and_range
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel
 
@@ -41,13 +42,16 @@ def draw_schedule(ax, timeline: schedule.Timeline, title: str) -> None:
     ax.set(ylim=(timeline.components - 0.5, -0.5), yticks=range(timeline.components),
            yticklabels=[f"device {k + 1}" for k in range(timeline.components)],
            xlabel="ms", title=title)
-    ax.legend(fontsize=6, ncol=3, loc="lower right")
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars
 
 
 def draw(figure: Figure, data: dict[str, Any]) -> None:
     ax_curve, ax_gantt = figure.subplots(1, 2)
-    for label, (steps, values) in data["runs"].items():
-        ax_curve.plot(steps, values, marker=".", label=label)
+    for i, (label, (steps, values)) in enumerate(data["runs"].items()):
+        if np.ndim(values) == 2:  # the notebook's seeds
+            mean_and_range(ax_curve, steps, values, label=label, color=f"C{i % 10}", marker=".")
+        else:
+            ax_curve.plot(steps, values, marker=".", color=f"C{i % 10}", label=label)
     ax_curve.set(xlabel="steps", ylabel=data["metric"], title=data["task"])
     ax_curve.legend(fontsize=7)
     if data.get("timeline") is not None:
@@ -121,7 +125,7 @@ def interlocking_panel(params: dict[str, Any], timing: dict[str, dict] | None = 
     study = (studies or {}).get(values["task"])
     if study:
         panel.set_result({
-            "runs": {f"{rule} (notebook, seed mean)": (r["steps"], np.mean(r["curve"], 0))
+            "runs": {f"{rule} (notebook)": (r["steps"], r["curve"])
                      for rule, r in study["runs"].items()},
             "metric": study["metric"], "task": values["task"],
             "timeline": timeline_of(values["task"], *train.parse_rule(

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from lab.experiments import policy_improvement as pi
 from lab.train.mpo import MODELS, SEARCH_IN
+from lab.widgets.bands import mean_and_range
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel, figure_png
 
@@ -40,9 +41,8 @@ def draw_returns(figure: Figure, results: list) -> None:
     ax = figure.add_subplot()
     for i, r in enumerate(results):
         h = r.history
-        x = np.maximum(h.env_steps, 1)
-        ax.plot(x, h.mean_returns, color=f"C{i}", label=r.variant.name)
-        ax.fill_between(x, h.returns.min(0), h.returns.max(0), color=f"C{i}", alpha=0.15)
+        mean_and_range(ax, np.maximum(h.env_steps, 1), h.returns, label=r.variant.name,
+                       color=f"C{i}", alpha=0.15)
     ax.set(xscale="log", xlabel="environment steps per seed", ylabel="evaluation return")
     if results:
         ax.legend(fontsize=8)

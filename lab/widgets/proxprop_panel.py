@@ -7,17 +7,20 @@ Both methods train from the same seed on the notebook's data set and architectur
 controls' solver, tau, optimizer, step sizes (``backprop_lr`` for BackProp, ``lr`` for
 ProxProp), epochs and batch size (``lab.experiments.proxprop.side_by_side``). The figure
 shows BackProp's and ProxProp's losses in two panels side by side, each beside the notebook's
-run at its tuned step size (dotted), and both validation accuracies in a third.
+runs at its tuned step size (dotted: their mean over seeds, with their range), and both
+validation accuracies in a third.
 ``panel.result`` holds ``{name: (model, curves)}`` afterwards.
 """
 
 from typing import Any
 
+import numpy as np
 from matplotlib.figure import Figure
 
 from lab.experiments import proxprop as experiment
 from lab.runs.params import with_preset
-from lab.train.proxprop import ARCHS, OPTIMIZERS
+from lab.train.proxprop import ARCHS, OPTIMIZERS, Curves
+from lab.widgets.bands import mean_and_range
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel
 
@@ -40,7 +43,8 @@ COLORS = {"BackProp": "C0", "ProxProp": "C1"}
 
 def draw(figure: Figure, data: dict[str, Any]) -> None:
     """BackProp's and ProxProp's training (solid) and validation (dashed) losses side by side,
-    each over the notebook's tuned run (dotted); both validation accuracies on the right."""
+    each over the notebook's tuned runs (dotted, one row per seed: their mean and range);
+    both validation accuracies on the right."""
     live, earlier = data["live"], data.get("earlier", {})
     axes = figure.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1, 1]})
     axes[0].sharey(axes[1])
@@ -48,7 +52,8 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
         color = COLORS[name]
         if name in earlier:
             lr, c = earlier[name]
-            ax.plot(c.train_loss, color="gray", ls=":", label=f"notebook (lr {lr:g})")
+            mean_and_range(ax, np.arange(c.train_loss.shape[1]), c.train_loss, color="gray",
+                           ls=":", label=f"notebook (lr {lr:g})")
         if name in live:
             c = live[name]
             ax.plot(c.train_loss, color=color, label="training")
@@ -59,11 +64,23 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     for name, c in live.items():
         axes[2].plot(c.val_accuracy, color=COLORS[name], label=name)
     for name, (_, c) in earlier.items():
-        axes[2].plot(c.val_accuracy, color=COLORS[name], ls=":", label=f"{name} (notebook)")
+        mean_and_range(axes[2], np.arange(c.val_accuracy.shape[1]), c.val_accuracy,
+                       color=COLORS[name], ls=":", label=f"{name} (notebook)")
     axes[2].set(title="validation accuracy", xlabel="epoch")
     if axes[2].lines:
         axes[2].legend(fontsize=7)
     figure.tight_layout()
+
+
+def seed_curves(result: "experiment.Comparison") -> dict[str, tuple[float, Curves]]:
+    """BackProp's and the headline solver's runs at their tuned step sizes, one row per seed:
+    ``{name: (lr, curves)}`` (``experiment.tuned_curves`` without the mean)."""
+    out = {}
+    for name, (grid, _) in experiment.methods(result).items():
+        if name in COLORS:
+            i = experiment.tuned_index(grid)
+            out[name] = (float(result.lrs[i]), Curves(*(np.asarray(c[:, i]) for c in grid)))
+    return out
 
 
 def proxprop_panel(params: dict[str, Any], result: "experiment.Comparison | None" = None
@@ -72,8 +89,7 @@ def proxprop_panel(params: dict[str, Any], result: "experiment.Comparison | None
     the notebook's ``result`` (its tuned runs) until a new run is made."""
     params = with_preset(params, experiment.PRESETS) | {"preset": "default",
                                                                    "more_solvers": []}
-    tuned = experiment.tuned_curves(result) if result is not None else {}
-    earlier = {name: tuned[name] for name in COLORS if name in tuned}  # the headline solver
+    earlier = seed_curves(result) if result is not None else {}
     controls = Controls(CONTROLS, {c.name: params.get(c.name, 0) for c in CONTROLS})
 
     def setup_of(values):

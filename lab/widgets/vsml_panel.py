@@ -90,7 +90,8 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     loss_ax, stream_ax = figure.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     for i, losses in enumerate(data["earlier"]):
         loss_ax.plot(np.arange(1, len(losses) + 1), losses, color="gray", alpha=0.4,
-                     linewidth=0.8, label=f"notebook's {data['learner']}" if i == 0 else None)
+                     linewidth=0.8,
+                     label=f"notebook's {data['learner']} (a line per seed)" if i == 0 else None)
     x = np.arange(1, len(data["losses"]) + 1)
     loss_ax.plot(x, data["losses"], color="C3", label=data["label"])
     loss_ax.axhline(np.log(data["classes"]), color="k", linestyle=":", label="chance")
@@ -102,13 +103,13 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
         twin = loss_ax.twinx()
         twin.plot(x, accuracies, color="C0", alpha=0.5, linewidth=0.8)
         twin.set_ylabel("online accuracy", color="C0")
-    loss_ax.legend(fontsize=7, loc="upper right")
+    loss_ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.18))
     step = np.arange(1, len(data["accuracy"]) + 1)
     stream_ax.plot(step, data["accuracy"], color="C3", label=data["label"])
     stream_ax.axhline(data["chance"], color="k", linestyle=":", label="chance")
     stream_ax.set(ylim=(0, 1), xlabel="step of the stream", ylabel="online accuracy",
                   title=f"Online learning on {data['task']}")
-    stream_ax.legend(fontsize=7, loc="lower right")
+    stream_ax.legend(fontsize=7, loc="best")
     figure.tight_layout()
 
 

@@ -51,7 +51,7 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     ax_wave.plot(np.arange(total) / rate, data["real"], lw=0.3, color="0.7", label="real")
     ax_wave.plot(np.arange(len(audio)) / rate, audio, lw=0.3, color="C1", label=data["model"])
     ax_wave.set(xlim=(0, total / rate), xlabel="seconds", title=data["title"])
-    ax_wave.legend(fontsize=7, loc="upper right")
+    ax_wave.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.22))
     for ax, x, name in ((ax_sample, audio, data["model"]), (ax_real, data["real"], "real")):
         if len(x) >= data["frame"]:
             power = np.asarray(train.stft_power(jnp.asarray(x), data["frame"], data["hop"]))
