@@ -2,6 +2,7 @@
 
     python benchmarks/reports.py table reports [reports2 ...]   # per-notebook breakdown
     python benchmarks/reports.py jobs 1 2 [--force-again]         # fresh clones, side by side
+    python benchmarks/reports.py compiles reports [--top 8]       # what each notebook compiles
 
 ``table``: for each notebook's latest ``ok`` run in a reports folder (the runs a ``make
 reports`` made, not the reused or imported ones), the run's wall time and where it went, from
@@ -13,6 +14,13 @@ the cores they mean. ``--between START END`` (UTC, as in the run folders' names,
 ``20261126-0940``) takes the runs started from START up to, not including, END instead of
 each notebook's latest (END inclusive once let a re-run started in END's minute replace a
 notebook's run of the window: 11 and 12 in the first table of issue 46's section).
+
+``compiles``: for the same runs, the XLA programs each kernel compiled (its record's
+``compiled``: name, count, seconds; runs recorded before it have none): how many, their
+seconds, and the names compiled more than once, the most seconds first. A name compiled
+again is where "compile once" looks: a new ``jit`` wrapper or closure around the same
+function, a Python scalar or static argument that differs between calls (a seed, a step
+size), or another shape.
 
 ``jobs``: clone this repository afresh for each N, each with empty compilation, checkpoint and
 data caches (``LAB_COMPILE_CACHE``, ``LAB_CHECKPOINT_DIR``, ``LAB_DATA_DIR`` pointed at new
@@ -79,6 +87,22 @@ def table(out: Path, between: tuple[str, str] | None = None) -> str:
     return "\n".join(lines)
 
 
+def compiles(out: Path, between: tuple[str, str] | None = None, top: int = 8) -> str:
+    lines = []
+    for run in _runs(out, between):
+        programs = run.get("compiled")
+        if programs is None:
+            continue
+        total = sum(p["seconds"] for p in programs)
+        again = [p for p in programs if p["count"] > 1]
+        lines.append(f"### {run['notebook']}: {sum(p['count'] for p in programs)} compilations "
+                     f"of {len(programs)} programs, {total:.0f} s; compiled more than once: "
+                     f"{len(again)} programs, {sum(p['seconds'] for p in again):.0f} s")
+        lines += [f"- {p['name']}: {p['count']}x, {p['seconds']:.1f} s"
+                  for p in sorted(programs, key=lambda p: -p["seconds"])[:top]]
+    return "\n".join(lines) or f"{out}: no ok run with a record of its compiled programs"
+
+
 def _timed(command: list[str], cwd: Path, env: dict, log: Path) -> float:
     start = time.monotonic()
     with log.open("a") as out:
@@ -125,8 +149,15 @@ def main(argv=None) -> int:
     j = commands.add_parser("jobs", help="time make reports JOBS=N in fresh clones")
     j.add_argument("counts", nargs="+", type=int)
     j.add_argument("--force-again", action="store_true")
+    c = commands.add_parser("compiles", help="the XLA programs each notebook compiled")
+    c.add_argument("folders", nargs="+", type=Path)
+    c.add_argument("--between", nargs=2, metavar=("START", "END"))
+    c.add_argument("--top", type=int, default=8, help="programs listed per notebook")
     args = parser.parse_args(argv)
-    if args.command == "table":
+    if args.command == "compiles":
+        for folder in args.folders:
+            print(f"## {folder}\n{compiles(folder, args.between, args.top)}\n")
+    elif args.command == "table":
         for folder in args.folders:
             print(f"## {folder}\n{table(folder, args.between)}\n")
     else:

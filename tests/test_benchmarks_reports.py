@@ -1,4 +1,5 @@
-"""benchmarks/reports.py's --between window: START inclusive, END exclusive (by the minute)."""
+"""benchmarks/reports.py: the --between window (START inclusive, END exclusive, by the
+minute) and the programs a notebook compiled more than once."""
 
 import importlib.util
 import json
@@ -6,10 +7,28 @@ import json
 from tests.conftest import ROOT
 
 
-def test_between_takes_runs_started_before_end_not_a_rerun_in_ends_minute(tmp_path):
+def _bench():
     spec = importlib.util.spec_from_file_location("reports_bench", ROOT / "benchmarks/reports.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_compiles_lists_the_programs_compiled_again_the_most_seconds_first(tmp_path):
+    folder = tmp_path / "runs" / "a"
+    folder.mkdir(parents=True)
+    (folder / "provenance.json").write_text(json.dumps({
+        "notebook": "12_pixelcnn.ipynb", "status": "ok", "started": "2026-11-27T18:00:00+00:00",
+        "duration_s": 10.0, "kernel_time": {"wall_s": 9.0},
+        "compiled": [{"name": "jit(step)", "count": 3, "seconds": 6.0},
+                     {"name": "jit(eval)", "count": 1, "seconds": 1.5}]}))
+    text = _bench().compiles(tmp_path)
+    assert "4 compilations of 2 programs, 8 s; compiled more than once: 1 programs, 6 s" in text
+    assert text.index("jit(step): 3x, 6.0 s") < text.index("jit(eval): 1x, 1.5 s")
+
+
+def test_between_takes_runs_started_before_end_not_a_rerun_in_ends_minute(tmp_path):
+    bench = _bench()
     for name, started, wall in (("a", "2026-11-26T10:09:09+00:00", 619.0),
                                 ("b", "2026-11-26T10:27:58+00:00", 424.0)):
         folder = tmp_path / "runs" / name

@@ -19,7 +19,8 @@ notebook it keeps, around the notebook's own: the first calls :func:`start`, the
   notebooks;
 * ``time``: wall and CPU seconds since :func:`start`; JAX's tracing, lowering and XLA
   compilation seconds (``jax.monitoring``; a program loaded from the compilation cache counts
-  its load); and a sample every 20 ms of what the kernel's main thread is doing
+  its load), with each compiled program's name, count and seconds (``compiled``); and a
+  sample every 20 ms of what the kernel's main thread is doing
   (:func:`classify`): ``compile`` (JAX tracing, lowering or compiling), ``native`` (inside
   one call into native code since the sample before: an XLA program running or awaited,
   numpy, I/O) or ``python`` (running Python bytecode). The shares are of the kernel's wall
@@ -100,6 +101,7 @@ def _hook(event: str, args: tuple) -> None:
 
 
 _compile = {"trace_s": 0.0, "lower_s": 0.0, "xla_compile_s": 0.0, "compiles": 0}
+_programs: dict[str, list[float]] = {}  # XLA compilations by program name: [count, seconds]
 _COMPILE_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace_s",
                    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
                    "/jax/core/compile/backend_compile_duration": "xla_compile_s"}
@@ -112,11 +114,24 @@ _COMPILING = ("jax/_src/compiler.py", "jax/_src/interpreters/mlir.py",
               "jax/_src/interpreters/partial_eval.py", "jax/_src/linear_util.py")
 
 
-def _on_duration(event: str, duration: float, **_: Any) -> None:
+def _on_duration(event: str, duration: float, fun_name: str = "?", **_: Any) -> None:
     name = _COMPILE_EVENTS.get(event)
     if name:
         _compile[name] += duration
         _compile["compiles"] += name == "xla_compile_s"
+        if name == "xla_compile_s":
+            program = _programs.setdefault(str(fun_name), [0, 0.0])
+            program[0] += 1
+            program[1] += duration
+
+
+def compiled_programs() -> list[dict[str, Any]]:
+    """The XLA compilations since :func:`start` by program name (JAX's, e.g.
+    ``jit(train)``), the most seconds first: ``{"name", "count", "seconds"}``. A name counted
+    more than once was compiled again: other shapes or static arguments, a new closure or
+    ``jit`` wrapper around the same function, or a program loaded again from the cache."""
+    return [{"name": k, "count": int(n), "seconds": round(t, 3)}
+            for k, (n, t) in sorted(_programs.items(), key=lambda kv: -kv[1][1])]
 
 
 def classify(frame, before: tuple | None) -> tuple[str, tuple]:
@@ -244,7 +259,7 @@ def finish() -> None:
 
     folder = run_dir()
     try:
-        record = used(folder) | {"time": kernel_time()}
+        record = used(folder) | {"time": kernel_time(), "compiled": compiled_programs()}
         if folder is not None:
             tmp = folder / f".{USED_FILE}.tmp"
             tmp.write_text(json.dumps(record, indent=1))

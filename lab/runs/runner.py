@@ -595,6 +595,7 @@ def _finish(notebook: Path, executed: Path, folder: Path, out: Path, run: dict,
     used = run_kernel.read_used(folder)
     if used is not None:
         run["kernel_time"] = used.pop("time", {})
+        run["compiled"] = used.pop("compiled", [])
     run["inputs"] = complete(run["inputs"], used if run["status"] == OK else None)
     if run["status"] != OK:
         _add_error_banner(nb, run["status"], run["error"])
