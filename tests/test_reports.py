@@ -4,6 +4,7 @@
 tiny notebooks through the runner."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -471,6 +472,8 @@ def test_make_reports_reruns_only_the_notebooks_whose_modules_or_data_changed(
     b_run = provenance(next(d for d in run_dirs(out) if d.name.startswith("b-")))
     assert b_run["kernel_environment"]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert b_run["kernel_time"]["compiles"] >= 1
+    assert sum(p["count"] for p in b_run["compiled"]) == b_run["kernel_time"]["compiles"]
+    assert any(p["name"].startswith("jit(") for p in b_run["compiled"])  # by program name
     assert list((tmp_path / "cache").glob("*/jit__lambda*"))  # the compilation cache
 
     assert make_reports()[0] == []  # nothing changed: both reused
@@ -604,3 +607,20 @@ def test_runs_table_and_diff_read_the_records(tmp_path, capsys):
     assert "  final_loss: 0.25 -> 0.5" in shown and "lr:" not in shown
     assert main(["runs", "--out", str(tmp_path / "none")]) == 2
     assert "no runs under" in capsys.readouterr().err
+
+
+def test_the_dependencies_are_read_again_only_after_an_install(tmp_path, monkeypatch):
+    import sys
+
+    from lab.runs import inputs
+
+    reads = []
+    monkeypatch.setattr(inputs, "dependency_versions", lambda: reads.append(1) or ["a==1"])
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    inputs._digests.clear()
+    first = inputs.dependencies_digest()
+    assert inputs.dependencies_digest() == first and len(reads) == 1  # nothing installed
+    (tmp_path / "b-2.dist-info").mkdir()  # an install writes into a folder on sys.path
+    os.utime(tmp_path, ns=(1, 1))  # a changed mtime, whatever the filesystem's resolution
+    inputs.dependencies_digest()
+    assert len(reads) == 2

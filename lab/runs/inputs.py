@@ -30,6 +30,7 @@ not what it computes. ``--force`` runs everything.
 import hashlib
 import json
 import os
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,26 @@ def dependency_versions() -> list[str]:
     return sorted(seen)
 
 
+_digests: dict[tuple, str] = {}
+
+
 def dependencies_digest() -> str:
-    return _sha("\n".join(dependency_versions()).encode())
+    """The digest of :func:`dependency_versions`, read again only when a folder on
+    ``sys.path`` has changed since (an install or uninstall adds or removes its
+    ``.dist-info`` there): reading every distribution's metadata takes about a second, once
+    per run of a notebook otherwise."""
+    key = tuple((entry, _mtime(entry)) for entry in sys.path)
+    if key not in _digests:
+        _digests.clear()
+        _digests[key] = _sha("\n".join(dependency_versions()).encode())
+    return _digests[key]
+
+
+def _mtime(entry: str) -> int | None:
+    try:
+        return os.stat(entry or ".").st_mtime_ns
+    except OSError:
+        return None
 
 
 def _digest_of(files: dict[str, str]) -> str:
