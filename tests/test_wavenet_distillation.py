@@ -86,6 +86,19 @@ def test_the_power_loss_is_smallest_near_the_reference_power_below_it_by_its_own
     assert best(per_frame) < 0.6
 
 
+def test_the_stft_magnitude_loss_prefers_a_quieter_sample_of_noise():
+    """Why ClariNet's STFT term cannot stop a whisper on its own: between a sample ``g x``
+    and an independent reference ``y`` of the same noise, ``E (g |X| - |Y|)^2`` is smallest
+    at ``g* = E|X| E|Y| / E|X|^2``; a complex Gaussian bin has a Rayleigh magnitude,
+    ``(E|X|)^2 / E|X|^2 = pi / 4``, so the loss is smallest at ``pi^2 / 16 = 0.62`` of the
+    reference's power (the spectral_frame_loss grid over g agrees: 0.61)."""
+    noise = jax.random.normal(jax.random.key(0), (64, 2048))
+    magnitude = np.sqrt(np.asarray(jax.vmap(lambda x: stft_power(x, *clarinet_stft(8000)))(
+        noise)))[:, :, 1:-1]  # the DC and Nyquist bins are real: not Rayleigh
+    gain = magnitude.mean() ** 2 / (magnitude ** 2).mean()
+    assert gain ** 2 == pytest.approx(np.pi ** 2 / 16, rel=0.02)
+
+
 def test_clarinet_stft_loss_in_closed_form():
     """ClariNet's window, hop and FFT at 8 and 16 kHz; the loss between ``a y`` and ``y`` is
     ``(a - 1)^2`` times the mean squared magnitude, blind to the sign."""
@@ -97,6 +110,19 @@ def test_clarinet_stft_loss_in_closed_form():
     assert float(spectral_frame_loss(1.5 * y, y, *stft)) == pytest.approx(0.25 * mean_square,
                                                                           rel=1e-4)
     assert float(spectral_frame_loss(-y, y, *stft)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_clarinet_floors_both_scales_in_the_kl_and_neither_in_its_regulariser():
+    """ksw0306/ClariNet's KL_gaussians: log scales below -6 count as -6 inside the KL, the
+    regulariser sees them as they are. Equal means at log scales -10 and -8: KL 0 (both at
+    the floor), regulariser (-10 + 8)^2 = 4; at -5 against -3, above the floor, the closed
+    form log(s_T / s_S) + s_S^2 / (2 s_T^2) - 1/2 = 2 + e^-4 / 2 - 1/2."""
+    from lab.train.wavenet import regularised_kl
+
+    kl, reg = regularised_kl(jnp.zeros(2), jnp.array([-10.0, -5.0]), jnp.zeros(2),
+                             jnp.array([-8.0, -3.0]))
+    np.testing.assert_allclose(np.asarray(kl), [0.0, 1.5 + np.exp(-4.0) / 2], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(reg), [4.0, 4.0], rtol=1e-6)
 
 
 def test_clarinet_loss_is_the_closed_form_kl_a_monte_carlo_estimate_agrees_with():
@@ -119,7 +145,9 @@ def test_clarinet_loss_is_the_closed_form_kl_a_monte_carlo_estimate_agrees_with(
                                               + aux["power"]), rel=1e-6)
     x, mean, log_scale = student_sample(student, key, cond)  # the loss's own sample
     params = teacher(x, cond)
-    mean_t, log_scale_t = params[:, 0], jnp.maximum(params[:, 1], -16.0)
+    # ClariNet's floor of -6 inside the KL: both scales of this small pair lie above it
+    assert float(log_scale.min()) > -6 and float(params[:, 1].min()) > -6
+    mean_t, log_scale_t = params[:, 0], params[:, 1]
     draws = mean + jnp.exp(log_scale) * jax.random.normal(jax.random.key(4), (200_000, 16))
 
     def log_normal(x, m, log_s):

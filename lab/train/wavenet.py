@@ -36,11 +36,14 @@ gradients reach the student through its sample ``x`` and its per-step logistics.
   the KL plus 4 x ``(log s_S - log s_T)^2`` (its regulariser, lambda = 4), plus the STFT
   loss at weight 1 ("we simply set their coefficients to one"). The public implementation
   (ksw0306/ClariNet, ``loss.py``, ``train_student.py``) has the same three terms and
-  weights. Deviations: it clamps both log scales at -6 inside the KL (not in the
-  regulariser), its teacher's at -9; ours clips the teacher's at -16 only (16-bit audio
-  with stretches of digital silence, whose scales the teacher learns); its STFT has 1,024
-  points and a 256-sample hop at 22.05 kHz with no window, the paper's and ours a Hann
-  window of 50 ms and a hop of 12.5 ms at the audio's own rate.
+  weights, and floors both log scales at -6 inside the KL only (the regulariser sees them
+  as they are): so does ``gaussian_distillation_loss`` (until 2026-11-27 it floored the
+  teacher's alone, at -16). Deviations that remain: its teacher's likelihood floors the
+  log scale at -9, ours at -16 (16-bit audio with stretches of digital silence, whose
+  scales the teacher learns); its STFT has 1,024 points and a 256-sample hop at 22.05 kHz
+  with no window (46 ms, 11.6 ms), ours the 50 ms Hann window and 12.5 ms hop that an
+  earlier session took for the paper's (its section 3 cannot be read here) at the audio's
+  own rate.
 """
 
 from collections.abc import Callable
@@ -165,21 +168,36 @@ def gaussian_kl(mean_s: jax.Array, log_scale_s: jax.Array, mean_t: jax.Array,
             / (2 * jnp.exp(2 * log_scale_t)) - 0.5)
 
 
+KL_LOG_SCALE_FLOOR = -6.0  # ksw0306/ClariNet, loss.py: KL_gaussians(log_std_min=-6.0)
+
+
+def regularised_kl(mean_s: jax.Array, log_scale_s: jax.Array, mean_t: jax.Array,
+                   log_scale_t: jax.Array, floor: float = KL_LOG_SCALE_FLOOR
+                   ) -> tuple[jax.Array, jax.Array]:
+    """ClariNet's two per-step terms: ``gaussian_kl`` with both log scales floored at
+    ``floor``, and the regulariser ``(log s_S - log s_T)^2`` on the scales as they are."""
+    kl = gaussian_kl(mean_s, jnp.maximum(log_scale_s, floor), mean_t,
+                     jnp.maximum(log_scale_t, floor))
+    return kl, (log_scale_s - log_scale_t) ** 2
+
+
 def gaussian_distillation_loss(student: Student, teacher: WaveNet, key: jax.Array,
                                cond: jax.Array, real: jax.Array, stft: tuple[int, int, int],
-                               frame_weight: float = 1.0, log_scale_weight: float = 4.0
+                               frame_weight: float = 1.0, log_scale_weight: float = 4.0,
+                               log_scale_floor: float = KL_LOG_SCALE_FLOOR
                                ) -> tuple[jax.Array, dict]:
     """ClariNet's student loss: a Gaussian student against a Gaussian teacher
     (``output="gaussian"``), per step the KL in closed form (no sampling noise beyond the
-    one student sample the teacher is run on) plus ``log_scale_weight * (log S_t -
-    log s_T)^2``, averaged over steps, plus ``frame_weight`` times the STFT loss
-    (``spectral_frame_loss`` with ``stft = (frame, hop, fft)``, ``clarinet_stft``)."""
+    one student sample the teacher is run on) with both log scales floored at
+    ``log_scale_floor`` inside the KL only, plus ``log_scale_weight * (log S_t - log s_T)^2``
+    on the scales as they are, averaged over steps, plus ``frame_weight`` times the STFT
+    loss (``spectral_frame_loss`` with ``stft = (frame, hop, fft)``, ``clarinet_stft``)."""
     teacher = jax.lax.stop_gradient(teacher)
     x, mean, log_scale = student_sample(student, key, cond)
     params = teacher(x, cond)
-    mean_t, log_scale_t = params[:, 0], jnp.maximum(params[:, 1], -16.0)
-    kl = gaussian_kl(mean, log_scale, mean_t, log_scale_t).mean()
-    regulariser = jnp.mean((log_scale - log_scale_t) ** 2)
+    kl, regulariser = regularised_kl(mean, log_scale, params[:, 0], params[:, 1],
+                                     log_scale_floor)
+    kl, regulariser = kl.mean(), regulariser.mean()
     frames = spectral_frame_loss(x, real, *stft)
     return (kl + log_scale_weight * regulariser + frame_weight * frames,
             {"kl": kl, "log_scale_gap": regulariser, "power": frames,
