@@ -239,15 +239,21 @@ def methods(result: Comparison) -> dict[str, tuple[Curves, float]]:
     return out
 
 
-def tuned_curves(result: Comparison) -> dict[str, tuple[float, Curves]]:
-    """Each method's step size with the lowest final training loss and its curves, averaged
-    over seeds: ``{"BackProp": (lr, curves), "ProxProp": (lr, curves), ...}`` (names of
+def tuned_seed_curves(result: Comparison) -> dict[str, tuple[float, Curves]]:
+    """Each method's step size with the lowest final training loss and its curves, one row
+    per seed: ``{"BackProp": (lr, curves), "ProxProp": (lr, curves), ...}`` (names of
     :func:`methods`)."""
     out = {}
     for name, (curves, _) in methods(result).items():
         i = tuned_index(curves)
-        out[name] = (float(result.lrs[i]), Curves(*(c[:, i].mean(0) for c in curves)))
+        out[name] = (float(result.lrs[i]), Curves(*(np.asarray(c[:, i]) for c in curves)))
     return out
+
+
+def tuned_curves(result: Comparison) -> dict[str, tuple[float, Curves]]:
+    """:func:`tuned_seed_curves` averaged over seeds."""
+    return {name: (lr, Curves(*(c.mean(0) for c in curves)))
+            for name, (lr, curves) in tuned_seed_curves(result).items()}
 
 
 def curves(result: Comparison) -> dict[str, dict[str, Any]]:

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from lab.experiments import proxprop as experiment
 from lab.runs.params import with_preset
-from lab.train.proxprop import ARCHS, OPTIMIZERS, Curves
+from lab.train.proxprop import ARCHS, OPTIMIZERS
 from lab.widgets.bands import mean_and_range
 from lab.widgets.controls import Control, Controls
 from lab.widgets.panel import Panel
@@ -72,24 +72,15 @@ def draw(figure: Figure, data: dict[str, Any]) -> None:
     figure.tight_layout()
 
 
-def seed_curves(result: "experiment.Comparison") -> dict[str, tuple[float, Curves]]:
-    """BackProp's and the headline solver's runs at their tuned step sizes, one row per seed:
-    ``{name: (lr, curves)}`` (``experiment.tuned_curves`` without the mean)."""
-    out = {}
-    for name, (grid, _) in experiment.methods(result).items():
-        if name in COLORS:
-            i = experiment.tuned_index(grid)
-            out[name] = (float(result.lrs[i]), Curves(*(np.asarray(c[:, i]) for c in grid)))
-    return out
-
-
 def proxprop_panel(params: dict[str, Any], result: "experiment.Comparison | None" = None
                    ) -> Panel:
     """A panel over the notebook's ``params`` (``configure``'s keyword arguments) that shows
     the notebook's ``result`` (its tuned runs) until a new run is made."""
     params = with_preset(params, experiment.PRESETS) | {"preset": "default",
                                                                    "more_solvers": []}
-    earlier = seed_curves(result) if result is not None else {}
+    earlier = {} if result is None else {  # BackProp's and the headline solver's, per seed
+        name: runs for name, runs in experiment.tuned_seed_curves(result).items()
+        if name in COLORS}
     controls = Controls(CONTROLS, {c.name: params.get(c.name, 0) for c in CONTROLS})
 
     def setup_of(values):
