@@ -183,20 +183,19 @@ def regularised_kl(mean_s: jax.Array, log_scale_s: jax.Array, mean_t: jax.Array,
 
 def gaussian_distillation_loss(student: Student, teacher: WaveNet, key: jax.Array,
                                cond: jax.Array, real: jax.Array, stft: tuple[int, int, int],
-                               frame_weight: float = 1.0, log_scale_weight: float = 4.0,
-                               log_scale_floor: float = KL_LOG_SCALE_FLOOR
+                               frame_weight: float = 1.0, log_scale_weight: float = 4.0
                                ) -> tuple[jax.Array, dict]:
     """ClariNet's student loss: a Gaussian student against a Gaussian teacher
     (``output="gaussian"``), per step the KL in closed form (no sampling noise beyond the
     one student sample the teacher is run on) with both log scales floored at
-    ``log_scale_floor`` inside the KL only, plus ``log_scale_weight * (log S_t - log s_T)^2``
-    on the scales as they are, averaged over steps, plus ``frame_weight`` times the STFT
-    loss (``spectral_frame_loss`` with ``stft = (frame, hop, fft)``, ``clarinet_stft``)."""
+    ``KL_LOG_SCALE_FLOOR`` inside the KL only (``regularised_kl``), plus
+    ``log_scale_weight * (log S_t - log s_T)^2`` on the scales as they are, averaged over
+    steps, plus ``frame_weight`` times the STFT loss (``spectral_frame_loss`` with
+    ``stft = (frame, hop, fft)``, ``clarinet_stft``)."""
     teacher = jax.lax.stop_gradient(teacher)
     x, mean, log_scale = student_sample(student, key, cond)
     params = teacher(x, cond)
-    kl, regulariser = regularised_kl(mean, log_scale, params[:, 0], params[:, 1],
-                                     log_scale_floor)
+    kl, regulariser = regularised_kl(mean, log_scale, params[:, 0], params[:, 1])
     kl, regulariser = kl.mean(), regulariser.mean()
     frames = spectral_frame_loss(x, real, *stft)
     return (kl + log_scale_weight * regulariser + frame_weight * frames,
