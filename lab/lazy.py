@@ -39,3 +39,13 @@ def exports(package: str, homes: dict[str, str]) -> tuple[Callable, Callable]:
         return sorted(set(vars(sys.modules[package])) | set(homes))
 
     return __getattr__, __dir__
+
+
+def skip_iri_grammar() -> None:
+    """Keep jsonschema (imported by nbformat and papermill) from building about 35 Earley
+    parsers at import, which it does when the optional rfc3987-syntax is installed, to check
+    the "iri" format that no notebook schema uses: 1.5-2 s of every process that runs
+    notebooks (python-jsonschema/jsonschema issue 1428). Without it jsonschema leaves that
+    one format unchecked. Called by ``python -m lab`` and the batch's worker processes,
+    before they import nbformat; never in a kernel or a user's own process."""
+    sys.modules.setdefault("rfc3987_syntax", None)

@@ -70,6 +70,16 @@ def jax_devices() -> list[str]:
     return list(_devices_seen[key])
 
 
+def devices_known() -> dict[tuple, list[str]]:
+    """What :func:`jax_devices` has asked so far in this process: handed to the worker
+    processes of a batch (:func:`remember_devices`), so that each does not ask again."""
+    return {key: list(value) for key, value in _devices_seen.items()}
+
+
+def remember_devices(known: dict[tuple, list[str]]) -> None:
+    _devices_seen.update(known)
+
+
 def collect(notebook: Path, resolution: "Resolution") -> dict[str, Any]:
     """Everything known about a run before it starts; the runner adds status and times.
     ``parameters`` are the effective values (notebook default < preset < explicit value),

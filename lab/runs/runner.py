@@ -63,10 +63,11 @@ from jupyter_client.manager import AsyncKernelManager
 from papermill.exceptions import PapermillExecutionError
 from traitlets import CaselessStrEnum, default
 
+from lab.lazy import skip_iri_grammar
 from lab.runs import kernel as run_kernel
 from lab.runs.inputs import changed, complete, dependencies_digest, fingerprint, refresh
 from lab.runs.params import Resolution, notebook_presets, resolve
-from lab.runs.provenance import collect, now
+from lab.runs.provenance import collect, devices_known, jax_devices, now, remember_devices
 from lab.runs.records import METRICS_FILE, RUN_DIR_ENV, read_metrics
 from lab.runs.rederive import experiment_module
 from lab.runs.report import (
@@ -338,6 +339,7 @@ def kernel_environment(jobs: int = 1, cores: int | None = None) -> dict[str, str
 # Ctrl-C cannot leave a run marked "running"; a batch then starts no further notebook.
 _shield = {"depth": 0, "pending": False}
 STOP_WAIT = 120.0  # seconds the workers of a --jobs batch get to record an interrupted run
+STOP_GRACE = 30.0  # then, seconds a worker that has sent its run gets to exit by itself
 
 
 def _on_signal(signum, frame) -> None:
@@ -823,9 +825,11 @@ def times_its_claims(notebook: Path) -> bool:
 
 
 def _run_in_worker(plan: "Plan", kwargs: dict, env: dict[str, str],
-                   cores: list[int]) -> RunResult:
+                   cores: list[int], devices: dict | None = None) -> RunResult:
     """One notebook in a worker process of its own (cwd and environment are per process,
-    and papermill changes both): pinned to ``cores`` when there are several."""
+    and papermill changes both): pinned to ``cores`` when there are several; ``devices``:
+    the batch's answer to :func:`~lab.runs.provenance.jax_devices` (a second each)."""
+    remember_devices(devices or {})
     stop_on_signals()  # the batch passes SIGINT on; SIGTERM alone would end it unrecorded
     if len(cores) > 1 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)  # the kernel inherits it: XLA sizes its pool by it
@@ -845,12 +849,17 @@ def _run_side_by_side(to_run: list[tuple[int, "Plan"]], total: int, jobs: int, f
     threads = threads_per_kernel(jobs, len(cores))
     env = kernel_environment(jobs, len(cores))
     ensure_kernel()  # once, before the workers look for it
+    jax_devices()  # asked once here, not by every worker (its environment is this one's)
+    devices = devices_known()
     queue = sorted(to_run, key=lambda kp: -(kp[1].estimate if kp[1].estimate is not None
                                             else float("inf")))
     alone = {plan.notebook for _, plan in queue if times_its_claims(plan.notebook)}
     free, running, results = list(range(jobs)), {}, []
+    # A fresh process per notebook (cwd and environment are per process), spawned (nothing
+    # of this process's threads or state carried over); skip_iri_grammar: 1.5-2 s less of
+    # each one's imports.
     pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                                  max_tasks_per_child=1)
+                                  initializer=skip_iri_grammar, max_tasks_per_child=1)
     try:
         while queue or running:
             while queue and free:
@@ -871,7 +880,7 @@ def _run_side_by_side(to_run: list[tuple[int, "Plan"]], total: int, jobs: int, f
                 future = pool.submit(
                     _run_in_worker, plan, kwargs | {"progress": False, "alone": by_itself},
                     kernel_environment(1, len(cores)) if by_itself else env,
-                    pinned if len(pinned) > 1 else [])
+                    pinned if len(pinned) > 1 else [], devices)
                 running[future] = (k, plan, slot)
             done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
             for future in done:
@@ -896,9 +905,15 @@ def _run_side_by_side(to_run: list[tuple[int, "Plan"]], total: int, jobs: int, f
                 with suppress(OSError):
                     os.kill(worker.pid, signal.SIGINT)
             cf.wait(running, timeout=STOP_WAIT)
-            for worker in workers:  # one that did not stop in time is stopped here
-                with suppress(OSError):
-                    worker.kill()
+            # A worker that has sent its run exits by itself. Killed in that moment, it could
+            # hold the pool's result queue's lock for ever, and the pool's shutdown would
+            # then wait for ever on the workers that replace it (seen in 1 of 3 tries beside
+            # other work): each gets time to exit, and only one still running is stopped.
+            _await_exit(workers, STOP_GRACE if all(f.done() for f in running) else 5.0)
+            for worker in workers:
+                if worker.exitcode is None:
+                    with suppress(OSError):
+                        worker.kill()
             for future, (_, plan, _) in running.items():
                 done = future.done() and not future.cancelled() and future.exception() is None
                 out = Path(kwargs.get("out", "reports"))
@@ -914,6 +929,17 @@ def _run_side_by_side(to_run: list[tuple[int, "Plan"]], total: int, jobs: int, f
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     return results
+
+
+def _await_exit(processes: list, seconds: float) -> None:
+    """Wait until every one of ``processes`` has exited, or ``seconds`` have passed."""
+    from multiprocessing.connection import wait
+
+    end = time.monotonic() + seconds
+    pending = [p for p in processes if p.exitcode is None]
+    while pending and (left := end - time.monotonic()) > 0:
+        ready = wait([p.sentinel for p in pending], timeout=left)
+        pending = [p for p in pending if p.sentinel not in ready]
 
 
 def provenance_duration(result: RunResult) -> float | None:
