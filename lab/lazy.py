@@ -16,6 +16,9 @@ A name must not be the name of one of the package's own submodules: the import s
 submodule on its package when the submodule is first imported, and the module would then
 stand where the name was (such a package re-exports eagerly; ``tests/test_layering.py``
 checks this).
+
+``skip_iri_grammar`` is the other import cost kept out of the way: jsonschema's IRI grammar,
+in the processes that run notebooks.
 """
 
 import importlib
