@@ -195,6 +195,7 @@ def test_shrinkage_compares_the_chosen_spread_with_validation_on_a_hand_case():
     ratio = s["relative_spread"]["causal_fixed"]
     assert ratio["geometric_mean"] == pytest.approx(0.375 / 0.9)  # (0.5 + 0.25) / (1 + 0.8)
     assert (ratio["below"], ratio["above"]) == (6, 0) and ratio["p_below"] < 0.05
+    assert ratio["min"] == ratio["max"] == pytest.approx(0.375 / 0.9)  # six equal trials
     assert s["relative_spread"]["validation"]["geometric_mean"] == pytest.approx(1.0)
     assert s["with_spread"]["score_causal_fixed"]["median"] == pytest.approx(1.0)
     assert s["validation_over_truth"] == pytest.approx(0.45)  # 0.9 against the truth's 2

@@ -54,6 +54,15 @@ def test_break_even_keeps_the_finals_and_spans_exact_to_reversed_early_ranks():
     assert rows[0]["hypertrick_at_least_random"] == 1.0
     assert rows[0]["hypertrick_compute"] < 16 == rows[0]["none_compute"]
     assert rows[-1]["hypertrick_at_least_random"] < 0.5
+    # 20 of 20 orders: the Wilson interval's upper end is 1, its lower 20 / (20 + 1.96^2)
+    assert rows[0]["hypertrick_at_least_random_ci"] == pytest.approx([20 / 23.8415, 1.0],
+                                                                     abs=1e-4)
+
+
+def test_a_share_s_interval_is_wilson_s_score_interval():
+    # 8 of 10 by hand: centre (0.8 + z^2 / 20) / (1 + z^2 / 10) = 0.7167, half-width
+    # z sqrt(0.8 x 0.2 / 10 + z^2 / 400) / (1 + z^2 / 10) = 0.2266, z = 1.96
+    assert et.share_interval(np.arange(10) < 8) == pytest.approx([0.4902, 0.9433], abs=2e-4)
 
 
 def test_the_threshold_is_the_lowest_rho_from_which_on_every_level_pays():

@@ -723,7 +723,8 @@ def shrinkage(setup: Setup, trials: dict[str, list[dict[str, Any]]],
     split) of each rule's choice, over the synthetic trials (of ``mechanism``, if given):
 
     - ``relative_spread``: per trial, the chosen candidates' mean spread over the validation
-      choice's; the geometric mean over trials, the trials below and above 1, and the one-sided
+      choice's; the geometric mean over trials (and the smallest and largest ratio), the trials
+      below and above 1, and the one-sided
       Wilcoxon p-value for below (the oracle's over trials and shifts, as it chooses per shift);
     - ``with_spread``: per trial, Spearman's correlation over the candidates between a score
       (a rule's, lower is better, or ``score_<graph>_<mode>``, the causal score alone) and the
@@ -744,6 +745,7 @@ def shrinkage(setup: Setup, trials: dict[str, list[dict[str, Any]]],
         nonzero = logs[np.abs(logs) > 1e-12]
         out["relative_spread"][rule] = {
             "geometric_mean": float(np.exp(logs.mean())),
+            "min": float(ratios.min()), "max": float(ratios.max()),
             "below": int((logs < -1e-12).sum()), "above": int((logs > 1e-12).sum()),
             "p_below": float(stats.wilcoxon(nonzero, alternative="less").pvalue)
             if len(nonzero) else 1.0}

@@ -306,7 +306,8 @@ def simulate(curves: Curves, *, orders: int, workers: int, trials: int | None = 
     """Every method over ``orders`` arrival orders; per method its mean compute, mean best
     final metric, and how often it was at least random search's best on the same compute
     (random search: the same order, run without termination, read at that compute); per
-    method and order the two bests (``per_order``)."""
+    method and order the two bests (``per_order``). ``at_least_random_ci`` is that share's
+    95% interval over the orders (``share_interval``)."""
     out = outcomes(curves, methods, orders=orders, trials=trials, workers=workers, seed=seed)
     grid, rows, per_order = out["grid"], [], {}
     for m in methods:
@@ -321,9 +322,18 @@ def simulate(curves: Curves, *, orders: int, workers: int, trials: int | None = 
                      "best": float(np.nanmean(mine)), "best_q10": float(np.nanquantile(mine, 0.1)),
                      "best_q90": float(np.nanquantile(mine, 0.9)),
                      "random_at_same_compute": float(np.nanmean(random_there)),
-                     "at_least_random": float(ahead.mean())})
+                     "at_least_random": float(ahead.mean()),
+                     "at_least_random_ci": share_interval(ahead)})
         per_order[m] = {"best": mine, "random": random_there}
     return out | {"rows": rows, "per_order": per_order}
+
+
+def share_interval(ahead: np.ndarray) -> list[float]:
+    """The 95% Wilson score interval of the share of ``ahead`` (one bool per arrival order):
+    how precisely the simulated orders pin the share down for these curves (not how it
+    would vary with curves recorded again)."""
+    ci = stats.binomtest(int(np.sum(ahead)), len(ahead)).proportion_ci(0.95, method="wilson")
+    return [float(ci.low), float(ci.high)]
 
 
 NOISE = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0)  # break_even's levels, in the finals' spread
@@ -338,7 +348,7 @@ def break_even(curves: Curves, *, orders: int, workers: int,
     (0: early rank equals final rank), and a last level whose earlier phases are the finals
     mirrored (early rank reversed). Per level: Spearman's rho between the first phase and
     the final metric, and each method's share of ``orders`` at least as good as random
-    search on its compute (``simulate``)."""
+    search on its compute (``simulate``), with its interval (``_ci``)."""
     final = curves.final
     spread = float(np.nanstd(final)) or 1.0
     rng = np.random.default_rng(seed)
@@ -357,8 +367,8 @@ def break_even(curves: Curves, *, orders: int, workers: int,
         sim = simulate(synthetic, orders=orders, workers=workers,
                        methods=(*methods, "none"), seed=seed)
         rows.append({"level": label, "spearman_phase1": float(rho)} | {
-            f"{r['method']}_at_least_random": r["at_least_random"] for r in sim["rows"]
-            if r["method"] != "none"} | {
+            f"{r['method']}_at_least_random{part}": r[f"at_least_random{part}"]
+            for r in sim["rows"] if r["method"] != "none" for part in ("", "_ci")} | {
             f"{r['method']}_compute": r["compute"] for r in sim["rows"]})
     return rows
 
