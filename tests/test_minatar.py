@@ -94,3 +94,19 @@ def test_host_game_matches_gymnax_layout_and_auto_resets_like_it():
         if s.terminated:
             break
     assert s.terminated and not np.array_equal(obs, s.final_obs)  # a new game started
+
+
+def test_gymnax_made_first_inside_jit_is_kept_concrete():
+    """The tasks make their gymnax environment on first use; made first while tracing, what
+    they keep must be concrete values (a tracer kept there would leak into the next trace)."""
+    from lab.envs.control import ControlTask
+
+    task = ControlTask("Pendulum-v1")
+    assert "_gymnax" not in vars(task)  # nothing made by the parameter checks
+    first = jax.jit(lambda a: task.scale(a))(jnp.array([0.5]))  # made here, inside the trace
+    assert not isinstance(task._low, jax.core.Tracer)
+    assert float(first[0]) == float(jax.jit(task.scale)(jnp.array([0.5]))[0]) == 1.0
+    game = MinAtarTask("breakout", max_steps=7)
+    assert "_gymnax" not in vars(game)
+    obs, _ = jax.jit(game.reset)(jax.random.key(0))  # made inside the trace
+    assert game.episode_steps == 7 and obs.shape == game.obs_shape

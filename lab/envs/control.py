@@ -44,22 +44,19 @@ class ControlTask:
         import gymnax
         from gymnax.environments import spaces
 
-        with jax.ensure_compile_time_eval():  # concrete values even when first used in a jit
-            return self._made(gymnax, spaces)
-
-    def _made(self, gymnax, spaces) -> tuple[Any, Any, jax.Array, jax.Array]:
         if self.name not in gymnax.registered_envs:
             raise ValueError(f"unknown gymnax environment {self.name!r}; continuous-control "
                              f"ones: {', '.join(CONTROL_TASKS)}")
-        env, params = gymnax.make(self.name)
-        space = env.action_space(params)
-        if not isinstance(space, spaces.Box):
-            raise ValueError(f"{self.name} has a {type(space).__name__} action space; these "
-                             f"agents need continuous (Box) actions, e.g. "
-                             f"{', '.join(CONTROL_TASKS)}")
-        low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), space.shape)
-        return env, params, low, jnp.broadcast_to(jnp.asarray(space.high, jnp.float32),
-                                                  space.shape)
+        with jax.ensure_compile_time_eval():  # concrete values even when first used in a jit
+            env, params = gymnax.make(self.name)
+            space = env.action_space(params)
+            if not isinstance(space, spaces.Box):
+                raise ValueError(f"{self.name} has a {type(space).__name__} action space; "
+                                 f"these agents need continuous (Box) actions, e.g. "
+                                 f"{', '.join(CONTROL_TASKS)}")
+            low, high = (jnp.broadcast_to(jnp.asarray(b, jnp.float32), space.shape)
+                         for b in (space.low, space.high))
+        return env, params, low, high
 
     _env = property(lambda self: self._gymnax[0])
     _params = property(lambda self: self._gymnax[1])

@@ -723,9 +723,9 @@ def shrinkage(setup: Setup, trials: dict[str, list[dict[str, Any]]],
     split) of each rule's choice, over the synthetic trials (of ``mechanism``, if given):
 
     - ``relative_spread``: per trial, the chosen candidates' mean spread over the validation
-      choice's; the geometric mean over trials (and the smallest and largest ratio), the trials
-      below and above 1, and the one-sided
-      Wilcoxon p-value for below (the oracle's over trials and shifts, as it chooses per shift);
+      choice's; the geometric mean over trials (and the smallest and largest ratio), the
+      trials below and above 1, and the one-sided Wilcoxon p-value for below (the oracle's
+      over trials and shifts, as it chooses per shift);
     - ``with_spread``: per trial, Spearman's correlation over the candidates between a score
       (a rule's, lower is better, or ``score_<graph>_<mode>``, the causal score alone) and the
       spread; the mean, median, and the trials where it is positive (a lower score for less
