@@ -125,6 +125,19 @@ def test_an_explicit_value_beats_the_preset_in_the_kernel_and_the_record_says_so
     assert "preset big" in result.report.read_text()
 
 
+def test_the_record_names_the_devices_the_kernel_saw_without_asking_a_process(tmp_path,
+                                                                              monkeypatch):
+    from lab.runs import runner
+
+    # the kernel makes its own three devices: a child of the runner would see one
+    nb = write_notebook(tmp_path / "three.ipynb", "n = 3",
+                        "import os\nos.environ['XLA_FLAGS'] = "
+                        "f'--xla_force_host_platform_device_count={n}'\nimport jax\njax.devices()")
+    monkeypatch.setattr(runner, "jax_devices", None)  # not asked: the kernel said
+    result = run_notebook(nb, out=tmp_path / "reports", progress=False)
+    assert provenance(result.run_dir)["jax_devices"] == [f"cpu:{i} cpu" for i in range(3)]
+
+
 def test_provenance_asks_for_the_devices_again_when_the_device_environment_changes(
         monkeypatch):
     from lab.runs import provenance as prov
@@ -325,7 +338,10 @@ def test_a_time_limit_stops_the_run_and_resume_continues_it_from_its_checkpoint(
         "start = int(kept.read_text()) if kept.exists() else 0\n"
         "for i in range(start, steps):\n"
         "    time.sleep(0.2)\n"
-        "    kept.write_text(str(i + 1))\n"
+        # written whole, as checkpoints are: an interrupt between truncating and writing
+        # left an empty file once (the test then read '' as a step)
+        "    kept.with_name('next').write_text(str(i + 1))\n"
+        "    kept.with_name('next').replace(kept)\n"
         "record(steps=steps, started_at=start)")
     out = tmp_path / "reports"
     first = run_notebook(notebook, out=out, progress=False, time_limit=10)

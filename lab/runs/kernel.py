@@ -17,6 +17,9 @@ notebook it keeps, around the notebook's own: the first calls :func:`start`, the
   other runs that a compare view reads (``lab.runs.inputs.is_run_record``). Runs the notebook
   starts itself (a sweep's trials, in ``<run>/sweeps/``) add their modules, data and
   notebooks;
+* ``devices``: the JAX devices this kernel's ``jax`` sees (``"cpu:0 cpu"``,
+  ``"cuda:0 NVIDIA H100 80GB HBM3"``; none when the notebook never imported jax): the run's
+  record says what the computation ran on, without a process of its own to ask;
 * ``time``: wall and CPU seconds since :func:`start`; JAX's tracing, lowering and XLA
   compilation seconds (``jax.monitoring``; a program loaded from the compilation cache counts
   its load), with each compiled program's name, count and seconds (``compiled``); and a
@@ -252,6 +255,15 @@ def used(run_folder: Path | None = None) -> dict[str, dict[str, str]]:
     return {"modules": dict(sorted(modules.items())), "data": dict(sorted(data.items()))}
 
 
+def devices() -> list[str]:
+    """The JAX devices of this process, ``"<platform>:<id> <kind>"`` each; none when jax was
+    never imported here (the notebook computed nothing with JAX)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return []
+    return [f"{d.platform}:{d.id} {d.device_kind}" for d in jax.devices()]
+
+
 def finish() -> None:
     """Write what this kernel used, and its time, into its run folder (the runner's last
     cell). A failure here is printed, never raised: the run is then simply not reused."""
@@ -259,7 +271,8 @@ def finish() -> None:
 
     folder = run_dir()
     try:
-        record = used(folder) | {"time": kernel_time(), "compiled": compiled_programs()}
+        record = used(folder) | {"time": kernel_time(), "compiled": compiled_programs(),
+                                 "devices": devices()}
         if folder is not None:
             tmp = folder / f".{USED_FILE}.tmp"
             tmp.write_text(json.dumps(record, indent=1))

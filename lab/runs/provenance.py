@@ -52,9 +52,11 @@ _devices_seen: dict[tuple, list[str]] = {}
 
 
 def jax_devices() -> list[str]:
-    """The JAX devices, asked in a child process: importing jax here would make the
-    runner hold GPU memory that the notebook's kernel needs. Asked once per process and
-    device environment (about 1.2 s each time here); a failed answer is asked again."""
+    """The JAX devices, asked in a child process: importing jax in the runner would make it
+    hold GPU memory that the notebook's kernel needs. Only for a run whose kernel did not say
+    (:func:`lab.runs.kernel.devices`: it stopped before its last cell). Asked once per
+    process and device environment (about 1.2 s each time here); a failed answer is asked
+    again."""
     key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_DEVICE_VARIABLES)))
     if key in _devices_seen:
         return list(_devices_seen[key])
@@ -70,18 +72,9 @@ def jax_devices() -> list[str]:
     return list(_devices_seen[key])
 
 
-def devices_known() -> dict[tuple, list[str]]:
-    """What :func:`jax_devices` has asked so far in this process: handed to the worker
-    processes of a batch (:func:`remember_devices`), so that each does not ask again."""
-    return {key: list(value) for key, value in _devices_seen.items()}
-
-
-def remember_devices(known: dict[tuple, list[str]]) -> None:
-    _devices_seen.update(known)
-
-
 def collect(notebook: Path, resolution: "Resolution") -> dict[str, Any]:
-    """Everything known about a run before it starts; the runner adds status and times.
+    """Everything known about a run before it starts; the runner adds status and times, and
+    the devices the kernel saw (``jax_devices``) when it ends.
     ``parameters`` are the effective values (notebook default < preset < explicit value),
     ``parameter_sources`` where each came from, ``overrides`` the explicit ones."""
     parameters = resolution.values
@@ -97,7 +90,6 @@ def collect(notebook: Path, resolution: "Resolution") -> dict[str, Any]:
         "git": git_state(notebook.resolve().parent),
         "versions": {"python": platform.python_version()}
         | {name: _version(name) for name in PACKAGES},
-        "jax_devices": jax_devices(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "host": socket.gethostname(),
         "platform": platform.platform(),

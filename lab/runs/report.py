@@ -161,6 +161,8 @@ def _preset(run: dict[str, Any]) -> str:
 def device_of(run: dict[str, Any]) -> tuple[str, bool]:
     """The run's JAX devices as the pages name them ("cpu", "NVIDIA H100 80GB HBM3",
     "8 x NVIDIA H100 80GB HBM3"), and whether they are accelerators (GPU, TPU)."""
+    if run.get("jax_devices") == []:  # the kernel never imported jax
+        return "no JAX device", False
     entries = [str(d) for d in run.get("jax_devices") or []]
     if not entries:
         return "unknown device", False

@@ -67,7 +67,7 @@ from lab.lazy import skip_iri_grammar
 from lab.runs import kernel as run_kernel
 from lab.runs.inputs import changed, complete, dependencies_digest, fingerprint, refresh
 from lab.runs.params import Resolution, notebook_presets, resolve
-from lab.runs.provenance import collect, devices_known, jax_devices, now, remember_devices
+from lab.runs.provenance import collect, jax_devices, now
 from lab.runs.records import METRICS_FILE, RUN_DIR_ENV, read_metrics
 from lab.runs.rederive import experiment_module
 from lab.runs.report import (
@@ -598,6 +598,9 @@ def _finish(notebook: Path, executed: Path, folder: Path, out: Path, run: dict,
     if used is not None:
         run["kernel_time"] = used.pop("time", {})
         run["compiled"] = used.pop("compiled", [])
+    # what the kernel's jax saw; asked in a child process when the kernel did not say
+    seen = (used or {}).pop("devices", None)
+    run["jax_devices"] = seen if isinstance(seen, list) else jax_devices()
     run["inputs"] = complete(run["inputs"], used if run["status"] == OK else None)
     if run["status"] != OK:
         _add_error_banner(nb, run["status"], run["error"])
@@ -825,11 +828,9 @@ def times_its_claims(notebook: Path) -> bool:
 
 
 def _run_in_worker(plan: "Plan", kwargs: dict, env: dict[str, str],
-                   cores: list[int], devices: dict | None = None) -> RunResult:
+                   cores: list[int]) -> RunResult:
     """One notebook in a worker process of its own (cwd and environment are per process,
-    and papermill changes both): pinned to ``cores`` when there are several; ``devices``:
-    the batch's answer to :func:`~lab.runs.provenance.jax_devices` (a second each)."""
-    remember_devices(devices or {})
+    and papermill changes both): pinned to ``cores`` when there are several."""
     stop_on_signals()  # the batch passes SIGINT on; SIGTERM alone would end it unrecorded
     if len(cores) > 1 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)  # the kernel inherits it: XLA sizes its pool by it
@@ -849,8 +850,6 @@ def _run_side_by_side(to_run: list[tuple[int, "Plan"]], total: int, jobs: int, f
     threads = threads_per_kernel(jobs, len(cores))
     env = kernel_environment(jobs, len(cores))
     ensure_kernel()  # once, before the workers look for it
-    jax_devices()  # asked once here, not by every worker (its environment is this one's)
-    devices = devices_known()
     queue = sorted(to_run, key=lambda kp: -(kp[1].estimate if kp[1].estimate is not None
                                             else float("inf")))
     alone = {plan.notebook for _, plan in queue if times_its_claims(plan.notebook)}
@@ -880,7 +879,7 @@ def _run_side_by_side(to_run: list[tuple[int, "Plan"]], total: int, jobs: int, f
                 future = pool.submit(
                     _run_in_worker, plan, kwargs | {"progress": False, "alone": by_itself},
                     kernel_environment(1, len(cores)) if by_itself else env,
-                    pinned if len(pinned) > 1 else [], devices)
+                    pinned if len(pinned) > 1 else [])
                 running[future] = (k, plan, slot)
             done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
             for future in done:
