@@ -322,5 +322,7 @@ def test_recorded_curves_are_the_tuned_runs_means():
     recorded = curves(result)
     tuned = recorded["ProxProp training loss (tuned lr)"]
     assert tuned["x"] == [0, 1] and tuned["y"] == [2.0, 0.6]
+    assert (tuned["low"], tuned["high"]) == ([2.0, 0.5], [2.0, 0.7])  # the seeds' min-max
+    assert tuned["band"] == "mean of 2 seeds, band min-max"
     assert recorded["ProxProp (cg3) training loss (tuned lr)"] == tuned
     assert json.loads(json.dumps(recorded)) == recorded

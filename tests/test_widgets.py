@@ -206,6 +206,38 @@ def test_mean_and_range_draws_the_seed_mean_and_band_and_says_so():
     assert band.min() == 1.0 and band.max() == 6.0
 
 
+def test_a_per_seed_curve_records_its_band_and_the_compare_view_draws_and_names_it(tmp_path):
+    from matplotlib.figure import Figure
+
+    from lab.runs.records import spread_curve
+    from lab.widgets.compare import draw_overlay
+
+    rows = [[1.0, 4.0, np.nan], [3.0, 2.0, np.nan], [2.0, 6.0, np.nan]]
+    c = spread_curve([0, 1, 2], rows, xlabel="steps", ylabel="return")
+    assert c == {"x": [0, 1, 2], "y": [2.0, 4.0, None], "low": [1.0, 2.0, None],
+                 "high": [3.0, 6.0, None], "n": 3, "xlabel": "steps", "ylabel": "return",
+                 "band": "mean of 3 seeds, band min-max"}  # JSON has no NaN: None
+    orders = spread_curve([1, 2], [[0.0, 1.0], [1.0, 2.0], [2.0, 3.0], [3.0, 4.0], [4.0, 9.0]],
+                          unit="arrival orders", centre="median", spread="quartiles")
+    assert (orders["y"], orders["low"], orders["high"]) == ([2.0, 3.0], [1.0, 2.0], [3.0, 4.0])
+    assert orders["band"] == "median of 5 arrival orders, band interquartile range"
+    one = spread_curve([0, 1], [[5.0, 6.0]])
+    assert one["band"] == "one seed, no band" and "low" not in one
+    with pytest.raises(ValueError, match="spread one of"):
+        spread_curve([0], [[1.0]], spread="std")
+
+    figure = Figure(layout="constrained")
+    runs = [{"label": "run a", "curves": {"r": c}}, {"label": "run b", "curves": {"r": one}}]
+    draw_overlay(figure, runs, "r")
+    ax, = figure.axes
+    assert len(ax.collections) == 1  # run a's band; run b has none to draw
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == 1.0 and band.max() == 6.0
+    legend, = figure.legends  # below the axes, off the data
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "run a: mean of 3 seeds, band min-max", "run b: one seed, no band"]
+
+
 def test_range_bars_reach_the_lowest_and_highest_value_and_are_never_negative():
     from lab.widgets.bands import range_bars
 

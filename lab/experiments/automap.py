@@ -53,6 +53,7 @@ from lab.runs.claims import (
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
+from lab.runs.records import spread_curve
 from lab.train import automap as train
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -586,15 +587,15 @@ def describe(m: dict[str, Any], setup: Setup) -> str:
 
 def curves(m: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """What ``record(curves=...)`` stores for the compare view: per stack depth and
-    searcher, the best score so far over Megatron's against compiles (mean over seeds)."""
+    searcher, the best score so far over Megatron's against compiles (mean over seeds, band
+    min-max)."""
     out = {}
     for s in m["stacks"]:
         for name in s["rates"]:
             hist = [r["best_over_megatron"] for r in s["runs"] if r["searcher"] == name]
             n = min(len(h) for h in hist)
             key = f"{s['layers']}_layers_{name.replace('-', '_')}"
-            out[key] = {"x": list(range(1, n + 1)),
-                        "y": np.mean([h[:n] for h in hist], 0).tolist(),
-                        "xlabel": "compiles", "ylabel": "best score / Megatron's"}
+            out[key] = spread_curve(range(1, n + 1), [h[:n] for h in hist],
+                                    xlabel="compiles", ylabel="best score / Megatron's")
     return out
 

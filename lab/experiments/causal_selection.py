@@ -527,8 +527,9 @@ def table(setup: Setup, trials: dict[str, list[dict[str, Any]]]) -> list[dict[st
         for shift in ts[0]["results"]:
             row = {"cell": cell, "shift": shift, "trials": len(ts), "rules": {}}
             for rule in ts[0]["results"][shift]:
-                r = {"normalised": float(np.mean([t["results"][shift][rule]["normalised"]
-                                                  for t in ts])),
+                per_trial = [t["results"][shift][rule]["normalised"] for t in ts]
+                r = {"normalised": float(np.mean(per_trial)),
+                     "normalised_range": [float(np.min(per_trial)), float(np.max(per_trial))],
                      "ood": float(np.mean([t["results"][shift][rule]["ood"] for t in ts])),
                      "spearman": float(np.mean([t["results"][shift][rule]["spearman"]
                                                 for t in ts]))}
@@ -938,11 +939,19 @@ def describe(m: dict[str, Any], setup: Setup) -> str:
 
 def curves(m: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per rule, the mean normalised OOD error of its selection in each (cell, shift), for
-    the compare view (x: the row's index in ``m["table"]``)."""
+    the compare view (x: the row's index in ``m["table"]``), with its min-max over the
+    trials where the table keeps it (records from 2026-11-28 on)."""
     rows = m["table"]
     labels = [f"{r['cell']}/{r['shift']}" for r in rows]
-    return {f"{rule}_normalised_ood": {
-                "x": list(range(len(rows))), "labels": labels,
-                "y": [r["rules"][rule]["normalised"] for r in rows],
-                "xlabel": "cell / shift", "ylabel": "normalised OOD error of the top k"}
-            for rule in rows[0]["rules"]}
+    out = {}
+    for rule in rows[0]["rules"]:
+        c = {"x": list(range(len(rows))), "labels": labels,
+             "y": [r["rules"][rule]["normalised"] for r in rows],
+             "xlabel": "cell / shift", "ylabel": "normalised OOD error of the top k"}
+        ranges = [r["rules"][rule].get("normalised_range") for r in rows]
+        if all(ranges):
+            trials = sorted({r["trials"] for r in rows})
+            c |= {"low": [lo for lo, _ in ranges], "high": [hi for _, hi in ranges],
+                  "band": f"mean of {'/'.join(map(str, trials))} trials, band min-max"}
+        out[f"{rule}_normalised_ood"] = c
+    return out

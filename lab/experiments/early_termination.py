@@ -58,6 +58,7 @@ from lab.runs.claims import (
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
+from lab.runs.records import spread_curve
 from lab.sweeps.hypertrick import TrialSeededSampler
 from lab.sweeps.simulator import METHODS, Curves, load_curves, outcomes, replay
 from lab.sweeps.spec import SweepSpec, load_spec
@@ -770,8 +771,10 @@ def describe(m: dict[str, Any]) -> str:
 
 def curves(m: dict[str, Any], simulated: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """What ``record(curves=...)`` stores for the compare view: each workload's Spearman
-    correlation against the fraction of training, and the median best found against
-    compute for each replayed method."""
+    correlation against the fraction of training (one number per evaluation, over the
+    configurations), each method's share of orders at least random search against the
+    first phase's correlation (band: its 95% Wilson interval), and the best found against
+    compute for each replayed method (median over the arrival orders, band: the quartiles)."""
     out = {}
     for name in ("a2c", "mpo"):
         rho = m[f"{name}_spearman"]
@@ -785,14 +788,15 @@ def curves(m: dict[str, Any], simulated: dict[str, Any]) -> dict[str, dict[str, 
                 "x": [r["spearman_phase1"] for r in rows],
                 "y": [r[f"{method}_at_least_random"] for r in rows],
                 "xlabel": "Spearman's rho, first phase with the final",
-                "ylabel": "share of orders at least random search"}
+                "ylabel": "share of orders at least random search"} | ({
+                    "low": [r[f"{method}_at_least_random_ci"][0] for r in rows],
+                    "high": [r[f"{method}_at_least_random_ci"][1] for r in rows],
+                    "band": f"share of {m['orders']} orders, band 95% Wilson interval"}
+                    if all(f"{method}_at_least_random_ci" in r for r in rows) else {})
     for method, best in simulated["best"].items():
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no best yet
-            median = np.nanmedian(best, axis=0)
-        out[f"{method}_best"] = {"x": simulated["grid"].tolist(), "y": median.tolist(),
-                                 "xlabel": "compute (whole trials)",
-                                 "ylabel": "best final return found (median)"}
+        out[f"{method}_best"] = spread_curve(
+            simulated["grid"], best, unit="arrival orders", centre="median", spread="quartiles",
+            xlabel="compute (whole trials)", ylabel="best final return found")
     return out
 
 

@@ -53,6 +53,7 @@ import inspect
 import json
 import os
 import time
+import warnings
 from typing import Any
 
 import jax
@@ -72,6 +73,7 @@ from lab.runs.claims import (
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
+from lab.runs.records import spread_curve
 from lab.train import a2c as a2c_source
 from lab.train import checkpoint as checkpoints
 from lab.train import ga3c as ga3c_source
@@ -764,14 +766,17 @@ def rederive(metrics: dict[str, Any], parameters: dict[str, Any]) -> dict[str, A
 
 def curves(learned: dict[str, list[Result]], m: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """What ``record(curves=...)`` stores for the compare view: each execution's episode
-    return (mean over seeds, in 20 stretches of its run) against seconds, and environment
-    steps per second against agents for GA3C and A3C."""
+    return (mean over seeds, band min-max, in 20 stretches of its run) against seconds, and
+    environment steps per second against agents for GA3C and A3C."""
     out = {}
     for name, runs in learned.items():
         binned = [binned_returns(r) for r in runs]
-        out[f"{name}_return"] = {"x": np.nanmean([b[0] for b in binned], axis=0).tolist(),
-                                 "y": np.nanmean([b[1] for b in binned], axis=0).tolist(),
-                                 "xlabel": "seconds", "ylabel": "episode return"}
+        with warnings.catch_warnings():  # a stretch no seed finished an episode in
+            warnings.simplefilter("ignore", RuntimeWarning)
+            seconds = np.nanmean([b[0] for b in binned], axis=0)
+        out[f"{name}_return"] = spread_curve(seconds, [b[1] for b in binned],
+                                             xlabel="seconds (mean over seeds)",
+                                             ylabel="episode return")
     for name in ("ga3c", "a3c"):
         out[f"{name}_env_steps_per_s"] = {"x": m["agent_counts"],
                                           "y": m[f"{name}_env_steps_per_s_by_agents"],

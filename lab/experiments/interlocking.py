@@ -61,6 +61,7 @@ from lab.runs.claims import (
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
+from lab.runs.records import spread_curve
 from lab.train import interlocking as train
 
 COMPONENTS = 4
@@ -722,12 +723,11 @@ def describe(m: dict[str, Any], setup: Setup, preset: str = "default") -> str:
 
 
 def curves(m: dict[str, Any], studies: dict[str, dict]) -> dict[str, dict[str, Any]]:
-    """Per task and rule, the evaluated metric against steps (mean over seeds), for the
-    compare view."""
+    """Per task and rule, the evaluated metric against steps (mean over seeds, band
+    min-max), for the compare view."""
     out = {}
     for task_name, study in studies.items():
         for rule, run in study["runs"].items():
-            out[f"{task_name}_{rule.replace('-', '_')}"] = {
-                "x": run["steps"], "y": np.mean(run["curve"], 0).tolist(), "xlabel": "steps",
-                "ylabel": study["metric"]}
+            out[f"{task_name}_{rule.replace('-', '_')}"] = spread_curve(
+                run["steps"], run["curve"], xlabel="steps", ylabel=study["metric"])
     return out

@@ -55,6 +55,7 @@ from lab.runs.claims import (
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
+from lab.runs.records import spread_curve
 from lab.train import pixelcnn as train
 
 SIZE = 32  # the training images: 28x28 padded by 2 on each side
@@ -623,16 +624,22 @@ def describe(m: dict[str, Any], setup: Setup, preset: str = "default") -> str:
 
 
 def curves(study: dict[str, Any], timing: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Test bits per dimension against steps per model (mean over seeds) and sampling seconds
-    against resolution, for the compare view."""
+    """Test bits per dimension against steps per model (mean over seeds, band min-max) and
+    sampling seconds against resolution (median of the timed calls, band min-max), for the
+    compare view."""
     out = {}
     for kind, run in study["runs"].items():
-        out[f"{kind}_test_bits_per_dim"] = {
-            "x": run["steps"], "y": [train.bits_per_dim(v, SIZE * SIZE)
-                                     for v in np.mean(run["test_nats"], 0).tolist()],
-            "xlabel": "steps", "ylabel": "test bits/dim"}
+        out[f"{kind}_test_bits_per_dim"] = spread_curve(
+            run["steps"], train.bits_per_dim(np.asarray(run["test_nats"], float), SIZE * SIZE),
+            xlabel="steps", ylabel="test bits/dim")
     for kind, rows in timing.items():
-        out[f"{kind}_sampling_seconds"] = {
-            "x": list(rows), "y": [row["seconds"] for row in rows.values()],
-            "xlabel": "image size", "ylabel": "seconds per batch"}
+        calls = [row["repeat_seconds"] for row in rows.values()]  # per size, per timed call
+        if len({len(c) for c in calls}) == 1:
+            out[f"{kind}_sampling_seconds"] = spread_curve(
+                list(rows), np.transpose(calls), unit="timed calls", centre="median",
+                xlabel="image size", ylabel="seconds per batch")
+        else:  # sizes timed a different number of times: the medians alone
+            out[f"{kind}_sampling_seconds"] = {
+                "x": list(rows), "y": [row["seconds"] for row in rows.values()],
+                "xlabel": "image size", "ylabel": "seconds per batch (median)"}
     return out

@@ -67,6 +67,7 @@ from lab.runs.claims import (
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
+from lab.runs.records import spread_curve
 from lab.train import mpo, vmpo
 from lab.train.rl_loop import History
 
@@ -368,11 +369,12 @@ def verdict(setup: Setup, results: list[Result]) -> dict[str, Any]:
 
 
 def curves(results: list[Result]) -> dict[str, dict[str, Any]]:
-    """Each variant's mean evaluation return against environment steps, in the form
+    """Each variant's evaluation return (mean over seeds, band min-max) against environment
+    steps, in the form
     ``record(curves=...)`` stores for the compare view (``lab.widgets.compare``)."""
-    return {r.variant.name: {"x": r.history.env_steps, "y": r.history.mean_returns,
-                             "xlabel": "environment steps per seed", "xscale": "log",
-                             "ylabel": "evaluation return"} for r in results}
+    return {r.variant.name: spread_curve(r.history.env_steps, r.history.returns,
+                                         xlabel="environment steps per seed", xscale="log",
+                                         ylabel="evaluation return") for r in results}
 
 
 PAPER = ("Abdolmaleki et al. 2018 (MPO); Song et al. 2019 (V-MPO); Springenberg et al. 2020 "

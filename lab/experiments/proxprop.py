@@ -26,6 +26,7 @@ from lab.data import DATASETS, load
 from lab.runs.claims import GREATER, THRESHOLD, Declaration, declarations, judge, plural, said
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
+from lab.runs.records import spread_curve
 from lab.train.proxprop import (
     Curves,
     ProxPropConfig,
@@ -257,17 +258,16 @@ def tuned_curves(result: Comparison) -> dict[str, tuple[float, Curves]]:
 
 
 def curves(result: Comparison) -> dict[str, dict[str, Any]]:
-    """The tuned runs' mean curves against epochs, in the form ``record(curves=...)`` stores
-    for the compare view (``lab.widgets.compare``)."""
+    """The tuned runs' curves against epochs (mean over seeds, band min-max), in the form
+    ``record(curves=...)`` stores for the compare view (``lab.widgets.compare``)."""
     out = {}
-    for name, (_, c) in tuned_curves(result).items():
-        epochs = list(range(len(c.train_loss)))
+    for name, (_, c) in tuned_seed_curves(result).items():
+        epochs = list(range(np.shape(c.train_loss)[-1]))
         for label, values, ylabel in (("training loss", c.train_loss, "training loss"),
                                       ("validation accuracy", c.val_accuracy,
                                        "validation accuracy")):
-            out[f"{name} {label} (tuned lr)"] = {
-                "x": epochs, "y": [float(v) for v in values], "xlabel": "epoch",
-                "ylabel": ylabel}
+            out[f"{name} {label} (tuned lr)"] = spread_curve(epochs, values, xlabel="epoch",
+                                                             ylabel=ylabel)
     return out
 
 

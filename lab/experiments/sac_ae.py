@@ -39,6 +39,7 @@ from lab.runs.claims import (
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
+from lab.runs.records import spread_curve
 from lab.train import checkpoint as checkpoints
 from lab.train import sac_ae_loop as loops
 from lab.train.sac_ae import SACAEConfig
@@ -247,16 +248,17 @@ def verdict(setup: Setup, runs: list[Run], random: np.ndarray) -> dict[str, Any]
 
 
 def curves(setup: Setup, runs: list[Run]) -> dict[str, dict[str, Any]]:
-    """Each variant's evaluation return (mean over seeds) against environment steps, in the
+    """Each variant's evaluation return (mean over seeds, band min-max) against environment
+    steps, in the
     form ``record(curves=...)`` stores for the compare view (``lab.widgets.compare``)."""
     out = {}
     for variant in setup.variants:
         mine = [r for r in runs if r.variant == variant]
         if mine:
-            y = np.mean([r.history.eval_returns.mean(1) for r in mine], axis=0)
-            out[variant] = {"x": (mine[0].history.eval_steps * setup.action_repeat).tolist(),
-                            "y": y.tolist(), "xlabel": "environment steps",
-                            "ylabel": "evaluation return"}
+            out[variant] = spread_curve(mine[0].history.eval_steps * setup.action_repeat,
+                                        [r.history.eval_returns.mean(1) for r in mine],
+                                        xlabel="environment steps",
+                                        ylabel="evaluation return")
     return out
 
 

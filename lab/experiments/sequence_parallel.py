@@ -61,6 +61,7 @@ from lab.runs.claims import (
 )
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
+from lab.runs.records import spread_curve
 from lab.train import sequence_parallel as sp
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -823,11 +824,10 @@ def curves(trained: dict[str, list[dict]], m: dict[str, Any]) -> dict[str, dict[
     for name, rs in trained.items():
         key = name.replace(" ", "_").replace(",", "").replace("=", "")
         steps = list(range(1, len(rs[0]["loss"]) + 1))
-        out[f"{key}_loss"] = {"x": steps, "y": np.mean([r["loss"] for r in rs], 0).tolist(),
-                              "xlabel": "step", "ylabel": "loss"}
-        out[f"{key}_accuracy"] = {"x": steps,
-                                  "y": np.mean([r["accuracy"] for r in rs], 0).tolist(),
-                                  "xlabel": "step", "ylabel": "accuracy"}
+        out[f"{key}_loss"] = spread_curve(steps, [r["loss"] for r in rs], xlabel="step",
+                                          ylabel="loss")
+        out[f"{key}_accuracy"] = spread_curve(steps, [r["accuracy"] for r in rs],
+                                              xlabel="step", ylabel="accuracy")
     out["max_batch"] = {"x": m["sequence_devices"], "y": m["max_batch_by_devices"],
                         "xlabel": "sequence devices N", "xscale": "log", "ylabel": "max batch"}
     mem = m["memory"]

@@ -66,6 +66,7 @@ from lab.runs.claims import (
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.runs.provenance import now
+from lab.runs.records import spread_curve
 from lab.runs.verdict import decide
 from lab.train import checkpoint
 from lab.train.online import make_online_learner
@@ -520,19 +521,19 @@ def recorded_curves(trained: dict[str, list[Trained]],
                     meta_dataset: str = "digits") -> dict[str, dict[str, Any]]:
     """The curves ``record(curves=...)`` stores for the compare view (``lab.widgets.compare``),
     as plain lists of floats: each learner's meta-training loss per iteration (mean over
-    seeds), and VS-ML's online accuracy per step of the stream on each meta-test task (mean
-    over seeds; ``accuracy[task]["vsml"]`` is (seeds, T))."""
+    seeds, band min-max), and VS-ML's online accuracy per step of the stream on each
+    meta-test task (the same; ``accuracy[task]["vsml"]`` is (seeds, T))."""
     out = {}
     for name, runs in trained.items():
-        loss = np.mean([r.losses for r in runs], axis=0)
-        out[f"{name} meta-training loss"] = {
-            "x": list(range(1, len(loss) + 1)), "y": [float(v) for v in loss],
-            "xlabel": "meta-iteration", "ylabel": f"online cross-entropy on {meta_dataset}"}
+        losses = [r.losses for r in runs]
+        out[f"{name} meta-training loss"] = spread_curve(
+            range(1, len(losses[0]) + 1), losses, xlabel="meta-iteration",
+            ylabel=f"online cross-entropy on {meta_dataset}")
     for task, by_learner in accuracy.items():
-        mean = np.mean(np.atleast_2d(by_learner["vsml"]), axis=0)
-        out[f"vsml online accuracy on {task}"] = {
-            "x": list(range(1, len(mean) + 1)), "y": [float(v) for v in mean],
-            "xlabel": "step of the stream", "ylabel": "online accuracy"}
+        rows = np.atleast_2d(by_learner["vsml"])
+        out[f"vsml online accuracy on {task}"] = spread_curve(
+            range(1, rows.shape[1] + 1), rows, xlabel="step of the stream",
+            ylabel="online accuracy")
     return out
 
 

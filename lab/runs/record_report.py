@@ -4,8 +4,9 @@
 ``render(folder)`` writes ``folder/report.html`` from ``provenance.json`` and
 ``metrics.json`` alone: the run header every report has (the claims with the paper's words,
 their evidence and verdict, the headline, the parameters with their sources), then every
-curve the run recorded (``metrics["curves"]``: ``x``, ``y``, the axis labels, a scale) as
-a small figure, and a line saying the notebook's own figures were not kept. Each figure is
+curve the run recorded (``metrics["curves"]``: ``x``, ``y``, the axis labels, a scale, and
+the band of a per-seed curve with what it is, ``lab.runs.records.spread_curve``) as a small
+figure, and a line saying the notebook's own figures were not kept. Each figure is
 a PNG of at most ``FIGURE_BYTES``; a run's figures together at most ``RUN_BYTES`` (the rest
 are listed by name), so the recorded runs add little to a clone.
 """
@@ -45,7 +46,13 @@ def _figure(name: str, curve: dict[str, Any]) -> bytes | None:
             ax.plot(x, y.mean(0), color="C0", lw=1.6, label=f"mean of {len(y)}")
             ax.legend(fontsize=7)
         else:
-            ax.plot(x, y, marker="." if len(x) < 30 else None, color="C0")
+            band = curve.get("band")  # lab.runs.records.spread_curve: what line and band are
+            ax.plot(x, y, marker="." if len(x) < 30 else None, color="C0", label=band)
+            if curve.get("low") is not None and curve.get("high") is not None:
+                ax.fill_between(np.asarray(x, float), np.asarray(curve["low"], float),
+                                np.asarray(curve["high"], float), color="C0", alpha=0.2, lw=0)
+            if band:
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.25))
         if curve.get("xscale"):
             ax.set_xscale(curve["xscale"])
         if curve.get("labels") and len(curve["labels"]) == len(x):

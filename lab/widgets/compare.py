@@ -3,7 +3,10 @@
 A notebook records curves with ``lab.experiments.record(curves={name: {"x": [...], "y":
 [...], "xlabel": ..., "ylabel": ...}})``; they land in the run's ``metrics.json``. The view
 lists the runs under ``reports/runs`` that have curves (newest first, one notebook or all),
-and overlays the chosen curve of every selected run.
+and overlays the chosen curve of every selected run. A curve made from per-seed (per-trial)
+numbers (``lab.runs.records.spread_curve``) also holds ``low``/``high`` and says what the
+line and band are (``band``: "mean of 3 seeds, band min-max"): the view shades the band and
+puts the words in the run's legend entry; the legend sits below the axes, off the data.
 
     CompareView(notebook="04_policy_improvement.ipynb").show()
 """
@@ -13,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
+import numpy as np
 from matplotlib.figure import Figure
 
 from lab.runs.records import read_metrics, run_dir
@@ -53,19 +57,36 @@ def runs_with_curves(reports: Path, notebook: str | None = None) -> list[dict[st
     return found
 
 
+def curve_label(run: dict[str, Any], c: dict[str, Any]) -> str:
+    """The run's label, and what its line and band are where the curve says ("mean of 3
+    seeds, band min-max")."""
+    return f"{run['label']}: {c['band']}" if c.get("band") else run["label"]
+
+
 def draw_overlay(figure: Figure, runs: list[dict[str, Any]], curve: str) -> None:
+    """The selected runs' ``curve`` on one axes of ``figure`` (made with
+    ``layout="constrained"``), each run's band shaded where it recorded one."""
     ax = figure.add_subplot()
     for i, run in enumerate(runs):
         c = run["curves"].get(curve)
         if c is None:
             continue
-        ax.plot(c["x"], c["y"], color=f"C{i % 10}", label=run["label"])
-        ax.set(xlabel=c.get("xlabel", ""), ylabel=c.get("ylabel", ""),
-               xscale=c.get("xscale", "linear"))
+        colour = f"C{i % 10}"
+        if not ax.get_xlabel() and not ax.get_ylabel():  # the first run that names them
+            ax.set(xlabel=c.get("xlabel", ""), ylabel=c.get("ylabel", ""),
+                   xscale=c.get("xscale", "linear"))
+        try:
+            x, y = np.asarray(c["x"], float), np.asarray(c["y"], float)  # None -> NaN
+        except (TypeError, ValueError):  # categories on x: drawn as recorded, no band
+            ax.plot(c["x"], c["y"], color=colour, label=curve_label(run, c))
+            continue
+        ax.plot(x, y, color=colour, label=curve_label(run, c))
+        if c.get("low") is not None and c.get("high") is not None:
+            ax.fill_between(x, np.asarray(c["low"], float), np.asarray(c["high"], float),
+                            color=colour, alpha=0.2, lw=0)
     ax.set_title(curve)
     if ax.lines:
-        ax.legend(fontsize=7)
-    figure.tight_layout()
+        figure.legend(loc="outside lower center", fontsize=7)
 
 
 class CompareView:
@@ -112,7 +133,9 @@ class CompareView:
             title = ("pick runs above" if self.runs else
                      f"no finished run with curves in {self.reports}/runs yet")
             return empty_png(self.figsize, title)
-        figure = Figure(figsize=self.figsize)
+        width, height = self.figsize  # each legend line below the axes: a little taller
+        figure = Figure(figsize=(width, height + 0.2 * len(self.selected())),
+                        layout="constrained")
         draw_overlay(figure, self.selected(), self.curve.value)
         return figure_png(figure)
 
