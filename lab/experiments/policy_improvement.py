@@ -370,8 +370,8 @@ def verdict(setup: Setup, results: list[Result]) -> dict[str, Any]:
 
 def curves(results: list[Result]) -> dict[str, dict[str, Any]]:
     """Each variant's evaluation return (mean over seeds, band min-max) against environment
-    steps, in the form
-    ``record(curves=...)`` stores for the compare view (``lab.widgets.compare``)."""
+    steps, in the form ``record(curves=...)`` stores for the compare view
+    (``lab.widgets.compare``)."""
     return {r.variant.name: spread_curve(r.history.env_steps, r.history.returns,
                                          xlabel="environment steps per seed", xscale="log",
                                          ylabel="evaluation return") for r in results}

@@ -251,12 +251,6 @@ def tuned_seed_curves(result: Comparison) -> dict[str, tuple[float, Curves]]:
     return out
 
 
-def tuned_curves(result: Comparison) -> dict[str, tuple[float, Curves]]:
-    """:func:`tuned_seed_curves` averaged over seeds."""
-    return {name: (lr, Curves(*(c.mean(0) for c in curves)))
-            for name, (lr, curves) in tuned_seed_curves(result).items()}
-
-
 def curves(result: Comparison) -> dict[str, dict[str, Any]]:
     """The tuned runs' curves against epochs (mean over seeds, band min-max), in the form
     ``record(curves=...)`` stores for the compare view (``lab.widgets.compare``)."""

@@ -249,8 +249,8 @@ def verdict(setup: Setup, runs: list[Run], random: np.ndarray) -> dict[str, Any]
 
 def curves(setup: Setup, runs: list[Run]) -> dict[str, dict[str, Any]]:
     """Each variant's evaluation return (mean over seeds, band min-max) against environment
-    steps, in the
-    form ``record(curves=...)`` stores for the compare view (``lab.widgets.compare``)."""
+    steps, in the form ``record(curves=...)`` stores for the compare view
+    (``lab.widgets.compare``)."""
     out = {}
     for variant in setup.variants:
         mine = [r for r in runs if r.variant == variant]
