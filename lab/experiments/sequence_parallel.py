@@ -45,7 +45,7 @@ from jax.sharding import PartitionSpec as P
 from lab.data.retrieval import Retrieval
 from lab.models.transformer import Block, Transformer, full_attention
 from lab.parallel import SIMULATE, _backends_started, cost, first_devices
-from lab.parallel.compiled import abstract, compile_program, shapes
+from lab.parallel.compiled import FAST, abstract, compile_program, shapes
 from lab.parallel.megatron import check_heads, megatron_specs
 from lab.parallel.ring import blockwise_attention, ring_attention, ring_self_attention
 from lab.runs.claims import (
@@ -269,6 +269,14 @@ def divergence_step(a: np.ndarray, b: np.ndarray, tolerance: float) -> int:
 
 # compiled programs, never run --------------------------------------------------------------
 
+def measuring(platform: str) -> dict | None:
+    """How the programs below compile: on the CPU with LLVM's optimisation level 0
+    (``lab.parallel.compiled.FAST``: the same HLO passes and buffer assignment, so the same
+    bytes and collectives, a test checks; only the machine code, never run here, is slower
+    and quicker to make); elsewhere as by default, where that is not checked."""
+    return FAST if platform == "cpu" else None
+
+
 def _tensor_mesh(n: int):
     return jax.make_mesh((1, n), ("data", "model"), devices=first_devices(n, "cpu"),
                          axis_types=(AxisType.Auto, AxisType.Auto))
@@ -279,7 +287,9 @@ def model_step(layout: str, n: int, *, batch: int, length: int, hidden: int, hea
                platform: str = "cpu"):
     """The compiled train step (Adam) of a retrieval-shaped Transformer under ``layout``:
     ``"sequence"`` (``attention`` over ``n`` sequence devices; ``n = 1`` is one device) or
-    ``"tensor"`` (Megatron over ``n`` model devices)."""
+    ``"tensor"`` (Megatron over ``n`` model devices). Compiled for its bytes
+    (``measuring``)."""
+    compiler_options = measuring(platform)
     optimizer = optax.adam(1e-3)
     model, opt_state = shapes(lambda: Transformer(64, 8, hidden, heads, layers, length,
                                                    causal=causal, key=jax.random.key(0)),
@@ -290,13 +300,15 @@ def model_step(layout: str, n: int, *, batch: int, length: int, hidden: int, hea
         fn = sp.step_function(optimizer, None if n == 1 else mesh, attention)
         data, rep = P(*sp.AXES), P()
         return compile_program(fn, abstract(model, mesh, rep), abstract(opt_state, mesh, rep),
-                               abstract(tokens, mesh, data), abstract(tokens, mesh, data))
+                               abstract(tokens, mesh, data), abstract(tokens, mesh, data),
+                               compiler_options=compiler_options)
     check_heads(heads, n)
     mesh = _tensor_mesh(n)
     fn = sp.step_function(optimizer, None)
     return compile_program(fn, abstract(model, mesh, megatron_specs(model)),
                            abstract(opt_state, mesh, megatron_specs(opt_state)),
-                           abstract(tokens, mesh, P()), abstract(tokens, mesh, P()))
+                           abstract(tokens, mesh, P()), abstract(tokens, mesh, P()),
+                           compiler_options=compiler_options)
 
 
 def block_step(part: str, layout: str, n: int, *, batch: int, length: int, hidden: int,
@@ -304,7 +316,9 @@ def block_step(part: str, layout: str, n: int, *, batch: int, length: int, hidde
     """The compiled train step (Adam) of one block's ``part`` (``"mlp"`` or ``"attention"``,
     with its LayerNorm and residual) on inputs ``(batch, length, hidden)``, loss the mean
     square of the outputs, under ``"tensor"`` (Megatron, inputs replicated) or
-    ``"sequence"`` (RSA, inputs split along the sequence)."""
+    ``"sequence"`` (RSA, inputs split along the sequence). Compiled for its bytes
+    (``measuring``)."""
+    compiler_options = measuring("cpu")
     optimizer = optax.adam(1e-3)
     block, opt_state = shapes(lambda: Block(hidden, heads, key=jax.random.key(0)), optimizer)
     x = jax.ShapeDtypeStruct((batch, length, hidden), jnp.float32)
@@ -330,11 +344,13 @@ def block_step(part: str, layout: str, n: int, *, batch: int, length: int, hidde
                                  out_specs=(P(), P()))
         return compile_program(step, abstract(block, mesh, P()),
                                abstract(opt_state, mesh, P()),
-                               abstract(x, mesh, P(*sp.AXES)))
+                               abstract(x, mesh, P(*sp.AXES)),
+                               compiler_options=compiler_options)
     mesh = _tensor_mesh(n)
     return compile_program(step, abstract(block, mesh, megatron_specs(block)),
                            abstract(opt_state, mesh, megatron_specs(opt_state)),
-                           abstract(x, mesh, P()))
+                           abstract(x, mesh, P()),
+                           compiler_options=compiler_options)
 
 
 # 3. the memory model -----------------------------------------------------------------------
@@ -387,7 +403,7 @@ def largest(fits: Callable[[int], bool], unit: int, start: int = 1, precision: i
     """The largest multiple of ``unit`` for which ``fits`` holds (``fits`` monotone: true,
     then false), to within ``1 / precision``: from a guess of ``start`` units, doubling or
     halving until the answer is bracketed, then bisection; 0 when one unit does not fit.
-    Also returns the number of ``fits`` calls (each a compile)."""
+    Also returns the number of ``fits`` calls."""
     calls = 0
 
     def check(units: int) -> bool:
@@ -420,17 +436,21 @@ def max_sizes(setup: Setup) -> dict[str, Any]:
     unit = setup.devices  # lengths in multiples of the largest N
     rows, guess = [], {"batch": 4, "length": max(1, setup.search_length // unit)}
     for layout, n in plans:
-        def bytes_at(batch, length, layout=layout, n=n):
-            return cost.memory(model_step(layout, n, batch=batch, length=length,
-                                          **sizes)).total
-        batch, calls_b = largest(lambda b: bytes_at(b, setup.search_length) <= budget, 1,
-                                 guess["batch"], setup.search_precision)
-        length, calls_l = largest(lambda length: bytes_at(setup.search_batch, length) <= budget,
-                                  unit, guess["length"], setup.search_precision)
+        measured: dict[tuple[int, int], int] = {}  # the two searches meet at one point at least
+
+        def bytes_at(batch, length, layout=layout, n=n, measured=measured):
+            if (batch, length) not in measured:
+                measured[batch, length] = cost.memory(model_step(
+                    layout, n, batch=batch, length=length, **sizes)).total
+            return measured[batch, length]
+        batch, _ = largest(lambda b: bytes_at(b, setup.search_length) <= budget, 1,
+                           guess["batch"], setup.search_precision)
+        length, _ = largest(lambda length: bytes_at(setup.search_batch, length) <= budget,
+                            unit, guess["length"], setup.search_precision)
         if layout == "sequence":  # the next N starts from this N's answer, grown
             guess = {"batch": max(1, 2 * batch), "length": max(1, 3 * length // (2 * unit))}
         rows.append({"layout": layout, "devices": n, "max_batch": batch, "max_length": length,
-                     "compiles": calls_b + calls_l})
+                     "compiles": len(measured)})
     return {"rows": rows, "budget_mib": setup.budget_mib, "search_length": setup.search_length,
             "search_batch": setup.search_batch}
 
@@ -468,7 +488,9 @@ def communication(devices: list[int], *, batch: int, length: int, hidden: int, h
 def single_step(attention: str, *, batch: int, length: int, hidden: int, heads: int,
                 layers: int, block: int = 64):
     """The compiled one-device train step (Adam; loss the mean square of the logits) with
-    ``"full"`` attention or ``"blockwise"`` attention over key blocks of ``block``."""
+    ``"full"`` attention or ``"blockwise"`` attention over key blocks of ``block``, on the
+    default device. Compiled for its bytes (``measuring``)."""
+    compiler_options = measuring(jax.default_backend())
     optimizer = optax.adam(1e-3)
     attend = full_attention if attention == "full" else blockwise_attention(block)
     model, opt_state = shapes(lambda: Transformer(64, 8, hidden, heads, layers, length,
@@ -483,7 +505,8 @@ def single_step(attention: str, *, batch: int, length: int, hidden: int, heads: 
         return eqx.apply_updates(model, updates), opt_state
 
     return compile_program(step, model, opt_state,
-                           jax.ShapeDtypeStruct((batch, length), jnp.int32))
+                           jax.ShapeDtypeStruct((batch, length), jnp.int32),
+                           compiler_options=compiler_options)
 
 
 def longest_one_device(setup: Setup, *, block: int = 64) -> dict[str, int]:
