@@ -477,18 +477,33 @@ def _first_logits(model, xs, ys, key, *, classes):
     return model(xs, ys, key)[:, :classes]
 
 
-@eqx.filter_jit
 def online_correct(run, source: TaskSource, key: jax.Array, episodes: int, *args):
     """Whether each prediction was right, and the labels: two (episodes, T) arrays, on
     ``episodes`` fresh tasks. ``run(xs, ys, key, *args) -> logits``; a meta-trained learner
-    (an Equinox module) is traced, so seeds of the same learner share one compilation."""
+    (an Equinox module) is traced, so seeds of the same learner share one compilation.
 
-    def episode(key):
-        k_task, k_run = jax.random.split(key)
-        xs, ys = source.sample(k_task)
-        return online_loss(run(xs, ys, k_run, *args), ys)[1], ys
+    Two programs: the tasks are drawn by one compiled per source (``task_streams``), the
+    learner runs on them in another, compiled once per learner and stream shape, which
+    every dataset shares (each dataset's own array sizes would otherwise compile the
+    learner again for every dataset)."""
+    xs, ys, keys = task_streams(source, key, episodes)
+    return _streams_correct(run, xs, ys, keys, *args)
 
-    return jax.vmap(episode)(jax.random.split(key, episodes))
+
+@eqx.filter_jit
+def task_streams(source: TaskSource, key: jax.Array, episodes: int):
+    """``episodes`` fresh tasks of ``source``: ``(xs (episodes, T, inputs), ys (episodes,
+    T), keys)``, each episode's ``key`` split into its task's and its learner's."""
+    task_keys, run_keys = jax.vmap(jax.random.split, out_axes=1)(
+        jax.random.split(key, episodes))
+    xs, ys = jax.vmap(source.sample)(task_keys)
+    return xs, ys, run_keys
+
+
+@eqx.filter_jit
+def _streams_correct(run, xs: jax.Array, ys: jax.Array, keys: jax.Array, *args):
+    correct = jax.vmap(lambda x, y, k: online_loss(run(x, y, k, *args), y)[1])(xs, ys, keys)
+    return correct, ys
 
 
 @eqx.filter_jit
