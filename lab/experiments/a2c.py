@@ -92,19 +92,16 @@ def curves(configs: list[dict[str, Any]], *, game: str = "breakout", sticky: flo
     groups: dict[int, list[int]] = {}
     for i, c in enumerate(configs):
         groups.setdefault(int(c["t_max"]), []).append(i)
+    hyper = Hyper(entropy_cost=entropy_cost)
+    initial = _initial_runs(A2CConfig(envs=envs, hyper=hyper), task, configs, seeds, seed)
     start, done = time.perf_counter(), 0
     for t_max, members in sorted(groups.items()):
-        config = A2CConfig(envs=envs, t_max=t_max, hyper=Hyper(entropy_cost=entropy_cost))
+        config = A2CConfig(envs=envs, t_max=t_max, hyper=hyper)
         updates = max(1, round(steps / evaluations / config.steps_per_update))
         rows = [(i, s) for i in members for s in range(seeds)]
-        lr = np.array([configs[i]["learning_rate"] for i, _ in rows], np.float32)
-        gamma = np.array([configs[i]["discount"] for i, _ in rows], np.float32)
-        # seed s of every configuration starts from the same network and games (common
-        # random numbers: configurations differ by their settings only, and a curve does
-        # not depend on which configurations it was trained beside)
-        keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(seed), s))(
-            np.array([s for _, s in rows]))
-        state, chunk = _group(config, task, updates, lr, gamma, keys)
+        index = np.array([i * seeds + s for i, s in rows])
+        state = jax.tree.map(lambda x, index=index: x[index], initial)
+        chunk = _chunk(config, task, updates)
         for e in range(evaluations):
             state, m = chunk(state)
             ended = np.asarray(m.episodes)  # (rows, updates)
@@ -122,11 +119,25 @@ def curves(configs: list[dict[str, Any]], *, game: str = "breakout", sticky: flo
     return out, at
 
 
-def _group(config: A2CConfig, task: MinAtarTask, updates: int, lr, gamma, keys):
-    """The vmapped initial runs of one t_max group and its jitted chunk of updates."""
-    init, run = make_train(config, task)
-    state = jax.jit(jax.vmap(lambda k, a, g: with_hyper(init(k), a, g)))(keys, lr, gamma)
-    return state, jax.jit(jax.vmap(lambda s: run(s, updates)))
+def _initial_runs(config: A2CConfig, task: MinAtarTask, configs: list[dict[str, Any]],
+                  seeds: int, seed: int):
+    """Every configuration's and seed's initial run, row ``i * seeds + s`` for configuration
+    ``i`` and seed ``s``, in one compiled call (an initial run does not depend on ``t_max``,
+    so the groups share it). Seed s of every configuration starts from the same network and
+    games (common random numbers: configurations differ by their settings only, and a curve
+    does not depend on which configurations it was trained beside)."""
+    init, _ = make_train(config, task)
+    lr = np.repeat([c["learning_rate"] for c in configs], seeds).astype(np.float32)
+    gamma = np.repeat([c["discount"] for c in configs], seeds).astype(np.float32)
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(seed), s))(
+        np.tile(np.arange(seeds), len(configs)))
+    return jax.jit(jax.vmap(lambda k, a, g: with_hyper(init(k), a, g)))(keys, lr, gamma)
+
+
+def _chunk(config: A2CConfig, task: MinAtarTask, updates: int):
+    """One t_max group's jitted chunk of ``updates`` updates, vmapped over its rows."""
+    _, run = make_train(config, task)
+    return jax.jit(jax.vmap(lambda s: run(s, updates)))
 
 
 def summary(setup: Setup, final_return: float, steps_done: int) -> dict[str, Any]:
