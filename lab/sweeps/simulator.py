@@ -174,8 +174,11 @@ def replay(curves: Curves, method: str, order: np.ndarray, *, workers: int,
         return _sync_halving(curves, order, spec)
     reached = np.zeros(len(order), int)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # named as the live sweep's study: Optuna's Hyperband assigns a trial's bracket from a
+    # hash of the study's name and the trial's number (an unnamed study gets a random name,
+    # and replays of the same order then differed from one run to the next)
     study = optuna.create_study(direction=spec.direction, pruner=make_pruner(spec),
-                                sampler=optuna.samplers.RandomSampler(0))
+                                sampler=optuna.samplers.RandomSampler(0), study_name=spec.name)
     phases, order = spec.phases, list(order)
     events: list[tuple[float, int, int, int]] = []  # (time, worker, trial number, phase)
     running: dict[int, tuple[optuna.Trial, int]] = {}  # trial number -> (trial, config)
