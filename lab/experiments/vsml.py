@@ -483,9 +483,9 @@ def online_correct(run, source: TaskSource, key: jax.Array, episodes: int, *args
     (an Equinox module) is traced, so seeds of the same learner share one compilation.
 
     Two programs: the tasks are drawn by one compiled per source (``task_streams``), the
-    learner runs on them in another, compiled once per learner and stream shape, which
-    every dataset shares (each dataset's own array sizes would otherwise compile the
-    learner again for every dataset)."""
+    learner runs on the streams in another (``_streams_correct``). Every dataset's streams
+    have the same shape, so the learner compiles once per number of classes, not once per
+    dataset (whose own array sizes are part of the first program only)."""
     xs, ys, keys = task_streams(source, key, episodes)
     return _streams_correct(run, xs, ys, keys, *args)
 
