@@ -110,16 +110,14 @@ def test_the_live_pruners_are_the_ones_replayed():
     assert replay(c, "asha", np.arange(3), workers=1).reached.tolist()[0] == 2
 
 
-def test_a_hyperband_replay_is_the_same_every_time_its_brackets_those_of_the_live_study():
+def test_a_hyperband_replay_is_the_same_every_time():
     # Optuna's Hyperband puts a trial in the bracket given by a hash of the study's name and
-    # the trial's number: the replay's study is named as the live sweep's ("sim" here)
-    import binascii
-
+    # the trial's number: the replay's study is named as the live sweep's ("sim" here), not
+    # at random (then two replays of one order differed: this failed 3 of 3 times)
     c = curves_of(np.random.default_rng(2).random((12, 4)))
     first, again = (replay(c, "hyperband", np.arange(12), workers=2) for _ in range(2))
     assert first.reached.tolist() == again.reached.tolist()
     assert np.array_equal(first.trace, again.trace, equal_nan=True)
-    assert binascii.crc32(b"sim_0") != binascii.crc32(b"no-name_0")  # the name matters
 
 
 def test_curve_files_round_trip_and_bad_ones_are_refused(tmp_path):
