@@ -397,6 +397,7 @@ def _socket_folder() -> Path:
 
 
 _KERNELS: list["IPCKernelManager"] = []  # the kernels this process started, newest last
+SETTLE_WAIT = 10.0  # seconds an interrupted kernel gets to answer before it is stopped
 
 
 class IPCKernelManager(AsyncKernelManager):
@@ -414,6 +415,33 @@ class IPCKernelManager(AsyncKernelManager):
     @default("ip")
     def _ip_default(self) -> str:
         return str(_socket_folder() / uuid.uuid4().hex[:12])
+
+    async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+        if not now and self.has_kernel:
+            await self._settle()
+        await self._async_shutdown_kernel(now=now, restart=restart)
+
+    async def _settle(self, timeout: float = SETTLE_WAIT) -> None:
+        """Interrupt the kernel and wait until it answers a ``kernel_info_request`` on its
+        shell channel, which it handles after the interrupted cell's reply: jupyter_client's
+        shutdown interrupts and at once asks the kernel to stop, and a cell still running
+        then sent its reply on a closed socket (a ZMQError traceback on every Ctrl-C). Gives
+        up after ``timeout`` seconds (a cell that ignores the interrupt): the shutdown that
+        follows kills what does not stop."""
+        client = self.client()
+        client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+        try:
+            await self._async_interrupt_kernel()
+            asked = client.kernel_info()
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                reply = await client.get_shell_msg(timeout=left)
+                if reply["parent_header"].get("msg_id") == asked:
+                    break
+        except Exception:  # noqa: BLE001 - no answer (queue.Empty) or a kernel gone: stop it anyway
+            pass
+        finally:
+            client.stop_channels()
 
 
 DEADLINE_ENV = "LAB_DEADLINE"  # a time-limited run's kernel: when (epoch seconds) it stops
