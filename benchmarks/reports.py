@@ -3,6 +3,7 @@
     python benchmarks/reports.py table reports [reports2 ...]   # per-notebook breakdown
     python benchmarks/reports.py jobs 1 2 [--force-again]         # fresh clones, side by side
     python benchmarks/reports.py compiles reports [--top 8]       # what each notebook compiles
+    python benchmarks/reports.py twins DUMP [--top 12]            # programs alike but for ...
 
 ``table``: for each notebook's latest ``ok`` run in a reports folder (the runs a ``make
 reports`` made, not the reused or imported ones), the run's wall time and where it went, from
@@ -21,6 +22,16 @@ seconds, and the names compiled more than once, the most seconds first. A name c
 again is where "compile once" looks: a new ``jit`` wrapper or closure around the same
 function, a Python scalar or static argument that differs between calls (a seed, a step
 size), or another shape.
+
+``twins``: for an XLA dump of one run (``XLA_FLAGS="--xla_dump_to=DUMP --xla_dump_hlo_as_text"
+LAB_COMPILE_CACHE=off python -m lab run NOTEBOOK``), the programs of each name compiled more
+than once, split by what tells them apart, from their HLO before optimisation (source
+locations and the module's name left out): the *same* program compiled again (a new closure
+or ``jit`` wrapper: one compile would do), programs that differ **only in constants** (a
+seed, a step size, a discount compiled in: a traced argument would share one program),
+programs that differ **only in shapes or integer attributes** (sizes, loop lengths: padding
+or a masked length might share one), and programs of another structure. It says where
+"compile once" can look, not that a change would keep every bit of a run the same.
 
 ``jobs``: clone this repository afresh for each N, each with empty compilation, checkpoint and
 data caches (``LAB_COMPILE_CACHE``, ``LAB_CHECKPOINT_DIR``, ``LAB_DATA_DIR`` pointed at new
@@ -103,6 +114,53 @@ def compiles(out: Path, between: tuple[str, str] | None = None, top: int = 8) ->
     return "\n".join(lines) or f"{out}: no ok run with a record of its compiled programs"
 
 
+def _hlo_keys(text: str) -> tuple[str, str, str]:
+    """Three keys of one HLO module's text, each coarser than the last: the program itself
+    (source metadata and the module's own name aside), the program but for its literal
+    constants, and the program but for every integer (shapes, sizes, attributes)."""
+    import re
+
+    body = text.split("\n", 1)[1] if text.startswith("HloModule") else text
+    body = re.sub(r",? ?metadata=\{[^{}]*\}", "", body)
+    same = body
+    constants = re.sub(r"constant\((?:[^()]|\([^()]*\))*\)", "constant(_)", same)
+    integers = re.sub(r"\d+", "N", constants)
+    return same, constants, integers
+
+
+def twins(dump: Path, top: int = 12) -> str:
+    """``twins``' table for one XLA dump folder (see the module docstring)."""
+    import hashlib
+    import re
+
+    by_name: dict[str, list[tuple[str, str, str]]] = {}
+    for path in sorted(dump.glob("module_*.before_optimizations.txt")):
+        name = re.sub(r"^module_\d+\.", "", path.name.removesuffix(".before_optimizations.txt"))
+        by_name.setdefault(name, []).append(tuple(
+            hashlib.sha1(k.encode()).hexdigest() for k in _hlo_keys(path.read_text())))
+    if not by_name:
+        return (f"{dump}: no module_*.before_optimizations.txt (an XLA dump made with "
+                "--xla_dump_hlo_as_text)")
+    rows, totals = [], [0, 0, 0, 0, 0]
+    for name, keys in by_name.items():
+        same, constants, integers = (len({k[i] for k in keys}) for i in range(3))
+        # of the compiles after a name's first: the same program again, one that differs from
+        # an earlier one only in constants, only in integers, or in its structure
+        split = (len(keys) - 1, len(keys) - same, same - constants, constants - integers,
+                 integers - 1)
+        totals = [t + x for t, x in zip(totals, (len(keys),) + split[1:], strict=True)]
+        if split[0]:
+            rows.append((name, len(keys)) + split[1:])
+    rows.sort(key=lambda r: (-r[1], r[0]))
+    lines = [f"### {dump}: {totals[0]} compiles of {len(by_name)} names; after each name's "
+             f"first: {totals[1]} the same program again, {totals[2]} only other constants, "
+             f"{totals[3]} only other shapes or integers, {totals[4]} another structure",
+             "| program | compiles | the same again | other constants only | other shapes or "
+             "integers only | another structure |", "| --- | --- | --- | --- | --- | --- |"]
+    lines += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows[:top]]
+    return "\n".join(lines)
+
+
 def _timed(command: list[str], cwd: Path, env: dict, log: Path) -> float:
     start = time.monotonic()
     with log.open("a") as out:
@@ -153,8 +211,14 @@ def main(argv=None) -> int:
     c.add_argument("folders", nargs="+", type=Path)
     c.add_argument("--between", nargs=2, metavar=("START", "END"))
     c.add_argument("--top", type=int, default=8, help="programs listed per notebook")
+    w = commands.add_parser("twins", help="programs of one name alike but for constants or shapes")
+    w.add_argument("dumps", nargs="+", type=Path)
+    w.add_argument("--top", type=int, default=12, help="program names listed per dump")
     args = parser.parse_args(argv)
-    if args.command == "compiles":
+    if args.command == "twins":
+        for dump in args.dumps:
+            print(twins(dump, args.top) + "\n")
+    elif args.command == "compiles":
         for folder in args.folders:
             print(f"## {folder}\n{compiles(folder, args.between, args.top)}\n")
     elif args.command == "table":
