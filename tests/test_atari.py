@@ -78,3 +78,17 @@ def test_gpu_atari_preset_configures_the_atari_suite_without_the_jitted_a2c():
     assert setup.lags == ()
     with pytest.raises(ValueError, match="unknown Atari game 'pongg'"):
         configure(**(NOTEBOOK | {"suite": "atari", "game": "pongg"}))
+
+
+def test_gpu_preset_is_gpu_atari_in_units_an_8_minute_window_can_finish():
+    """`--preset gpu` runs in `--time-limit 480 --resume` windows: the kernel is stopped 96 s
+    early and a window keeps only whole runs, so every run is at most 240 s and kept."""
+    from lab.experiments.ga3c import PRESETS, configure
+    from tests.test_ga3c import NOTEBOOK
+
+    setup = configure(**(NOTEBOOK | {"preset": "gpu"}))
+    assert setup.host.suite == "atari" and setup.checkpoint
+    longest = max(setup.seconds, setup.adjust_seconds, setup.throughput_seconds,
+                  setup.adjust.initial_wait + setup.adjust.step_wait)
+    assert longest <= 240
+    assert PRESETS["gpu"] == PRESETS["gpu_atari"] | {"seconds": 240.0, "adjust_seconds": 240.0}
