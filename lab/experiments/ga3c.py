@@ -623,7 +623,7 @@ CLAIMS = declarations(
 
 REMAKE = {"default": "about 6 min", "claim": "about 3 h, resumable with checkpoint",
           "gpu_atari": "about 2.5 h, resumable in windows over 20 min",
-          "gpu": "about 55 min of runs (an estimate: not yet run), resumable in 8-min windows"}
+          "gpu": "about 55 min of runs by its arithmetic, not yet timed; 8-min windows"}
 
 
 def adjustment_claim(start) -> Declaration:
