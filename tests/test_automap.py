@@ -227,6 +227,17 @@ facts["dp_bytes"] = cost.collective_bytes
 facts["param_bytes"] = 4 * sum(x.size for x in jax.tree.leaves(eqx.filter(net, eqx.is_array)))
 scorer(space.layout(space.replicated))  # the same layout again comes from the cache
 facts["compiles"] = scorer.compiles
+# a store keeps each price: another scorer (a resumed run) reads it back and never compiles
+import pathlib, tempfile
+store = pathlib.Path(tempfile.mkdtemp()) / "prices"
+first = automap.Scorer(loss, optax.sgd(0.1), net, batch, mesh, store=store)
+kept = first(space.layout(space.replicated))
+again = automap.Scorer(loss, optax.sgd(0.1), net, batch, mesh, store=store)
+again.compile = None  # calling it would raise
+facts["store"] = {"same": again(space.layout(space.replicated)) == kept,
+                  "loaded": again.loaded, "compiles": again.compiles,
+                  "seconds": again.seconds == first.seconds == kept.seconds,
+                  "files": len(list(store.glob("*.json")))}
 # a budget no layout fits names the smallest bytes found
 try:
     search.search(space, scorer, automap.Objective(budget=10), "random", 3)
@@ -246,6 +257,12 @@ def test_scorer_counts_data_parallel_gradients_and_caches(facts):
     assert facts["dp_bytes"] == facts["param_bytes"] + 4
     assert facts["compiles"] == 1
     assert facts["mlp_options"] == [2, 2]  # (16, 6) and (3, 16): the 16 over 8 data devices
+
+
+def test_a_scorer_with_a_store_reads_back_a_price_kept_by_another_without_compiling(facts):
+    # what lets a run stopped at a deadline replay its searches to the same figures
+    assert facts["store"] == {"same": True, "loaded": 1, "compiles": 1, "seconds": True,
+                              "files": 1}
 
 
 def test_budget_no_layout_fits_names_the_smallest_bytes(facts):

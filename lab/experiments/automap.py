@@ -25,8 +25,12 @@ random searcher whose unit is one search (a seed on one stack depth).
 """
 
 import dataclasses
+import hashlib
+import inspect
+import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import equinox as eqx
@@ -37,8 +41,10 @@ import optax
 
 from lab import parallel
 from lab.experiments.sequence_parallel import simulate_devices  # noqa: F401 (the notebook calls it)
+from lab.models import transformer as transformer_module
 from lab.models.transformer import Transformer
 from lab.parallel import automap, search
+from lab.parallel import cost as cost_module
 from lab.parallel.megatron import is_megatron, megatron_layers, spec_of
 from lab.runs.claims import (
     CHECK,
@@ -55,21 +61,22 @@ from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.runs.records import spread_curve
 from lab.train import automap as train
+from lab.train import checkpoint as checkpoints
 
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
     # 2- and 4-layer stacks with larger budgets and more seeds, and the block's space with
     # the data axis too (625 layouts): about 40 minutes on the 2-core CPU
     "claim": {"stack_layers": [2, 4], "budget": 60, "seeds": 2,
-              "exhaustive_axes": ["model", "data"]},
+              "exhaustive_axes": ["model", "data"], "checkpoint": True},
     # the lent GPU machine's 16 cores: a wider model and the same searches
     "gpu": {"hidden": 1024, "stack_layers": [2, 4], "budget": 200, "seeds": 5,
-            "exhaustive_axes": ["model", "data"]},
+            "exhaustive_axes": ["model", "data"], "checkpoint": True},
 }
 PARAMETERS = ("preset", "devices", "model_devices", "vocab", "hidden", "heads", "batch",
               "length", "axes", "exhaustive_axes", "memory_weight", "stack_layers", "budget",
               "seeds", "searchers", "exploration", "regime_batch", "regime_length",
-              "regime_budgets", "regime_compiles", "exhaustive_limit", "seed")
+              "regime_budgets", "regime_compiles", "exhaustive_limit", "seed", "checkpoint")
 SEARCHERS = ("greedy", "random", "mcts", "mcts-default")
 NAMED = ("Megatron", "heuristic", "MLP only", "data parallel")
 
@@ -99,6 +106,7 @@ class Setup:
     regime_compiles: int  # greedy's compiles per cell of the regime map
     exhaustive_limit: int  # the block's exhaustive search runs up to this many layouts
     seed: int
+    checkpoint: bool = False  # keep every priced layout: a resumed run replays its searches
 
     @property
     def objective(self) -> automap.Objective:
@@ -144,7 +152,8 @@ def configure(**params: Any) -> Setup:
                  float(p["memory_weight"]), tuple(p["stack_layers"]), p["budget"], p["seeds"],
                  tuple(p["searchers"]), float(p["exploration"]), tuple(p["regime_batch"]),
                  tuple(p["regime_length"]), tuple(float(f) for f in p["regime_budgets"]),
-                 p["regime_compiles"], p["exhaustive_limit"], p["seed"])
+                 p["regime_compiles"], p["exhaustive_limit"], p["seed"],
+                 bool(p.get("checkpoint", False)))
 
 
 # the problem: a Transformer's train step on a data x model mesh ------------------------------
@@ -199,8 +208,25 @@ def problem(setup: Setup, layers: int, *, batch: int | None = None, length: int 
     tokens = jax.ShapeDtypeStruct((batch, length), jnp.int32)
     m = mesh(setup)
     space = automap.space(model, m, include=blocks_only, axes=axes or setup.axes)
-    scorer = automap.Scorer(train.loss, optax.adam(1e-3), model, (tokens, tokens), m)
+    store = _store(model, tokens, m) if setup.checkpoint else None
+    scorer = automap.Scorer(train.loss, optax.adam(1e-3), model, (tokens, tokens), m,
+                            store=store)
     return Problem(layers, batch, length, space, scorer)
+
+
+def _store(model, tokens, m) -> Path:
+    """The folder that keeps this problem's prices (``automap.Scorer``'s ``store``), named by
+    everything that defines its programs: the model's and batch's shapes, the mesh and its
+    devices' kind, jax's version, and the source of the train step, the pricing and the model
+    (an edit there prices again)."""
+    key = json.dumps([str(jax.tree.structure(model)),
+                      [(x.shape, str(x.dtype)) for x in jax.tree.leaves(model)],
+                      tokens.shape, dict(m.shape), m.devices.flat[0].device_kind, jax.__version__,
+                      [hashlib.sha256(inspect.getsource(module).encode()).hexdigest()
+                       for module in (train, automap, cost_module, transformer_module)]],
+                     default=str)
+    return (checkpoints.default_dir() / "automap"
+            / hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
 def _row(p: Problem, objective, choice) -> dict[str, Any]:
@@ -287,6 +313,7 @@ def stack_search(setup: Setup, layers: int, *,
             "megatron_score": reference,
             "heuristic_over_megatron": _ratio(p, "heuristic", "Megatron"),
             "scorer_compiles": p.scorer.compiles, "scorer_seconds": p.scorer.seconds,
+            "scorer_loaded": p.scorer.loaded,  # prices read back from a checkpoint
             "problem": p}
 
 

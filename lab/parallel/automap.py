@@ -36,10 +36,14 @@ The searchers over a space are in ``lab.parallel.search``.
 """
 
 import dataclasses
+import hashlib
 import itertools
+import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 import equinox as eqx
@@ -260,10 +264,18 @@ class Scorer:
     """Prices layouts of ``loss``'s train step with ``optimizer`` on ``mesh``; ``model`` and
     ``batch`` may be arrays or ``ShapeDtypeStruct``s. The batch's leaves are split by
     ``batch_spec`` (the leading axis over ``"data"``). ``compiles`` and ``seconds`` count
-    the cache misses."""
+    the cache misses.
+
+    With a ``store`` folder each price is also kept there, one file per layout, and a layout
+    priced in an earlier process is read back instead of compiled (``loaded`` counts those):
+    a run stopped at a deadline and resumed replays its deterministic searches from the
+    kept prices, to the same figures. A loaded price counts in ``compiles`` and ``seconds``
+    with the seconds it took when it was compiled. The folder must belong to this scorer's
+    problem alone (the caller names it by everything that defines the programs)."""
 
     def __init__(self, loss: Callable, optimizer: optax.GradientTransformation, model, batch,
-                 mesh: Mesh, *, batch_spec: P = BATCH, compiler_options: dict | None = FAST):
+                 mesh: Mesh, *, batch_spec: P = BATCH, compiler_options: dict | None = FAST,
+                 store: Path | None = None):
         self.model = eqx.filter_eval_shape(lambda: model)
         self.opt_state = eqx.filter_eval_shape(
             lambda m: optimizer.init(eqx.filter(m, eqx.is_array)), model)
@@ -271,7 +283,8 @@ class Scorer:
         self.loss, self.optimizer, self.mesh = loss, optimizer, mesh
         self.batch_spec, self.compiler_options = batch_spec, compiler_options
         self.cache: dict[Layout, Cost] = {}
-        self.compiles, self.seconds = 0, 0.0
+        self.compiles, self.seconds, self.loaded = 0, 0.0, 0
+        self.store = store
 
     def compile(self, layout: Layout):
         """The train step compiled under ``layout``, never run."""
@@ -290,16 +303,39 @@ class Scorer:
 
     def __call__(self, layout: Layout) -> Cost:
         if layout not in self.cache:
-            start = time.perf_counter()
-            compiled = self.compile(layout)
-            found = costs.collectives(compiled)
-            seconds = time.perf_counter() - start
-            self.cache[layout] = Cost(sum(c.bytes * c.count for c in found),
-                                      sum(c.count for c in found),
-                                      costs.memory(compiled).total, costs.flops(compiled), seconds)
+            cost = self._kept(layout)
+            if cost is None:
+                start = time.perf_counter()
+                compiled = self.compile(layout)
+                found = costs.collectives(compiled)
+                seconds = time.perf_counter() - start
+                cost = Cost(sum(c.bytes * c.count for c in found), sum(c.count for c in found),
+                            costs.memory(compiled).total, costs.flops(compiled), seconds)
+                self._keep(layout, cost)
+            else:
+                self.loaded += 1
+            self.cache[layout] = cost
             self.compiles += 1
-            self.seconds += seconds
+            self.seconds += cost.seconds
         return self.cache[layout]
+
+    def _file(self, layout: Layout) -> Path:
+        return self.store / f"{hashlib.sha256(layout.table().encode()).hexdigest()[:32]}.json"
+
+    def _kept(self, layout: Layout) -> Cost | None:
+        if self.store is None or not self._file(layout).exists():
+            return None
+        kept = json.loads(self._file(layout).read_text())
+        return Cost(**kept["cost"]) if kept["layout"] == layout.table() else None
+
+    def _keep(self, layout: Layout, cost: Cost) -> None:
+        if self.store is None:
+            return
+        self.store.mkdir(parents=True, exist_ok=True)
+        path = self._file(layout)
+        part = path.with_suffix(f".{os.getpid()}.part")  # written whole, then renamed
+        part.write_text(json.dumps({"layout": layout.table(), "cost": cost._asdict()}))
+        os.replace(part, path)
 
 
 @dataclasses.dataclass(frozen=True)
