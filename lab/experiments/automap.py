@@ -26,7 +26,6 @@ random searcher whose unit is one search (a seed on one stack depth).
 
 import dataclasses
 import hashlib
-import inspect
 import json
 import time
 from collections.abc import Callable
@@ -222,8 +221,7 @@ def _store(model, tokens, m) -> Path:
     key = json.dumps([str(jax.tree.structure(model)),
                       [(x.shape, str(x.dtype)) for x in jax.tree.leaves(model)],
                       tokens.shape, dict(m.shape), m.devices.flat[0].device_kind, jax.__version__,
-                      [hashlib.sha256(inspect.getsource(module).encode()).hexdigest()
-                       for module in (train, automap, cost_module, transformer_module)]],
+                      checkpoints.sources(train, automap, cost_module, transformer_module)],
                      default=str)
     return (checkpoints.default_dir() / "automap"
             / hashlib.sha256(key.encode()).hexdigest()[:16])

@@ -49,7 +49,6 @@ the lag study are left out (claim 3's second half is then not tested).
 import dataclasses
 import functools
 import hashlib
-import inspect
 import json
 import os
 import time
@@ -416,8 +415,8 @@ def _kept(setup: Setup, kind: str, measure, reused: list | None, **spec: Any
         return measure()
     key = json.dumps([kind, dataclasses.asdict(setup.host),
                       {k: list(v) if isinstance(v, tuple) else v for k, v in spec.items()},
-                      [hashlib.sha256(inspect.getsource(m).encode()).hexdigest()
-                       for m in (ga3c_source, a2c_source)]], sort_keys=True, default=str)
+                      checkpoints.sources(ga3c_source, a2c_source)], sort_keys=True,
+                     default=str)
     path = (checkpoints.default_dir() / "ga3c"
             / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json")
     if path.exists():

@@ -323,9 +323,10 @@ class Scorer:
         return self.store / f"{hashlib.sha256(layout.table().encode()).hexdigest()[:32]}.json"
 
     def _kept(self, layout: Layout) -> Cost | None:
-        if self.store is None or not self._file(layout).exists():
+        path = None if self.store is None else self._file(layout)
+        if path is None or not path.exists():
             return None
-        kept = json.loads(self._file(layout).read_text())
+        kept = json.loads(path.read_text())
         return Cost(**kept["cost"]) if kept["layout"] == layout.table() else None
 
     def _keep(self, layout: Layout, cost: Cost) -> None:

@@ -7,6 +7,8 @@ shapes, e.g. a freshly initialised model) and returns them with the header. Type
 keys (``jax.random.key``) are stored as their raw key data and rebuilt on load.
 """
 
+import hashlib
+import inspect
 import json
 import os
 from pathlib import Path
@@ -76,6 +78,12 @@ def fingerprint(tree: Any) -> str:
     """The type and leaf shapes of a model: what must match for a checkpoint to fit."""
     shapes = [list(leaf.shape) for leaf in jax.tree.leaves(eqx.filter(tree, eqx.is_array))]
     return f"{type(tree).__name__}{shapes}"
+
+
+def sources(*modules: Any) -> list[str]:
+    """The sha256 of each module's source: part of a kept result's name, so that an edit to
+    the code that made it makes it again."""
+    return [hashlib.sha256(inspect.getsource(m).encode()).hexdigest() for m in modules]
 
 
 def default_dir() -> Path:
