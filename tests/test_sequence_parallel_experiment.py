@@ -11,6 +11,7 @@ from IPython.display import Image
 
 from lab.experiments import sequence_parallel as experiment
 from lab.runs.verdict import mismatches
+from lab.train import checkpoint
 from tests.conftest import WAIT
 
 NOTEBOOK = dict(preset="default", devices=8, length=64, keys=2, values=4, hidden=16, heads=4,
@@ -208,12 +209,49 @@ def test_sequence_parallel_panel_trains_one_device_live_and_refuses_bad_values()
     assert panel.draws >= 1 and isinstance(panel.show(headless=True), Image)
 
 
-def test_longest_one_device_blockwise_fits_longer_than_full_attention():
-    setup = experiment.configure(**(NOTEBOOK | {"one_device_budget_mib": 2, "search_precision": 1}))
-    found = experiment.longest_one_device(setup, block=32)
+def test_longest_one_device_blockwise_fits_longer_than_full_attention_and_resumes(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(tmp_path))
+    setup = experiment.configure(**(NOTEBOOK | {"one_device_budget_mib": 2, "search_precision": 1,
+                                                "checkpoint": True}))
+    kept = experiment.kept(setup)
+    found = experiment.longest_one_device(setup, block=32, kept=kept)
     # full attention keeps (heads, L, L) scores for the backward pass; blockwise (heads, L, 32)
     assert 0 < found["full_max_length"] < found["blockwise_max_length"]
     assert found["full_max_length"] % 32 == 0 and found["blockwise_max_length"] % 32 == 0
+    assert kept.made == found["full_compiles"] + found["blockwise_compiles"] and not kept.loaded
+
+    # a resumed run (another process: another Kept) reads every program's bytes back
+    def never(*args, **kwargs):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(experiment, "single_step", never)
+    again = experiment.kept(setup)
+    assert experiment.longest_one_device(setup, block=32, kept=again) == found
+    assert (again.loaded, again.made) == (kept.made, 0)
+    other = experiment.configure(**(NOTEBOOK | {"one_device_budget_mib": 2, "checkpoint": True,
+                                                "search_precision": 1, "one_device_hidden": 32}))
+    with pytest.raises(AssertionError, match="compiled again"):  # other sizes: made anew
+        experiment.longest_one_device(other, block=32, kept=experiment.kept(other))
+
+
+def test_kept_makes_once_per_key_and_keeps_nothing_without_a_folder(tmp_path):
+    calls = []
+
+    def make():
+        calls.append(1)
+        return {"bytes": len(calls)}
+
+    kept = checkpoint.Kept(tmp_path / "k")
+    assert kept(["a", 1], make) == kept(["a", 1], make) == {"bytes": 1}
+    assert kept(["a", 2], make) == {"bytes": 2} and (kept.loaded, kept.made) == (1, 2)
+    path = kept.path(["a", 1])  # a file whose key differs (a digest collision) is not read
+    path.write_text(json.dumps({"key": "other", "value": 0}))
+    assert kept(["a", 1], make) == {"bytes": 3}
+    nothing = checkpoint.Kept(None)
+    assert nothing(["a", 1], make) == {"bytes": 4} and nothing.made == 1
+    assert sorted(p.name for p in (tmp_path / "k").iterdir()) == sorted(
+        kept.path(k).name for k in (["a", 1], ["a", 2]))  # no part file left behind
 
 
 def test_verdict_chance_band_counts_one_answer_per_record():

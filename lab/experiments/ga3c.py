@@ -48,9 +48,6 @@ the lag study are left out (claim 3's second half is then not tested).
 
 import dataclasses
 import functools
-import hashlib
-import json
-import os
 import time
 import warnings
 from typing import Any
@@ -413,23 +410,16 @@ def _kept(setup: Setup, kind: str, measure, reused: list | None, **spec: Any
     reused one is printed and appended to ``reused``, with when it was measured."""
     if not setup.checkpoint:
         return measure()
-    key = json.dumps([kind, dataclasses.asdict(setup.host),
-                      {k: list(v) if isinstance(v, tuple) else v for k, v in spec.items()},
-                      checkpoints.sources(ga3c_source, a2c_source)], sort_keys=True,
-                     default=str)
-    path = (checkpoints.default_dir() / "ga3c"
-            / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json")
-    if path.exists():
-        kept = json.loads(path.read_text())
-        print(f"reused {kind} {spec}, measured {kept['measured']} ({path})")
+    key = [kind, dataclasses.asdict(setup.host),
+           {k: list(v) if isinstance(v, tuple) else v for k, v in spec.items()},
+           checkpoints.sources(ga3c_source, a2c_source)]
+    store = checkpoints.Kept(checkpoints.default_dir() / "ga3c")
+    kept = store(key, lambda: measure() | {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z")},
+                 prefix=f"{kind}-")
+    if store.loaded:
+        print(f"reused {kind} {spec}, measured {kept['measured']} ({store.path(key, f'{kind}-')})")
         if reused is not None:
             reused.append(f"{kind} {spec}, measured {kept['measured']}")
-        return kept
-    kept = measure() | {"measured": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(kept))
-    os.replace(tmp, path)
     return kept
 
 

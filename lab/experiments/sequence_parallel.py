@@ -23,13 +23,22 @@ run: simulated devices share this machine's cores, so they show memory and commu
 not speed. On the CPU those programs compile at LLVM's optimisation level 0 (``measuring``),
 which leaves the bytes and collectives as they are and takes a third less time.
 
+With ``checkpoint`` (on in the ``claim`` and ``gpu`` presets) every training run and every
+compiled program's bytes are kept as they are made (``kept``: a folder named by jax's
+version, the devices and the source of the code that makes them), so a run stopped at a
+deadline and resumed reads back what it finished and makes only the rest, to the same
+figures.
+
 The paper's claims are declared once in ``CLAIMS`` and decided by the shared rule
 (``lab.runs.verdict``): deterministic checks against declared tolerances, and the ablation
 per seed.
 """
 
 import dataclasses
+import hashlib
+import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -43,9 +52,11 @@ import optax
 from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
+from lab.data import retrieval as retrieval_module
 from lab.data.retrieval import Retrieval
+from lab.models import transformer as transformer_module
 from lab.models.transformer import Block, Transformer, full_attention
-from lab.parallel import SIMULATE, _backends_started, cost, first_devices
+from lab.parallel import SIMULATE, _backends_started, compiled, cost, first_devices, megatron, ring
 from lab.parallel.compiled import FAST, abstract, compile_program, shapes
 from lab.parallel.megatron import check_heads, megatron_specs
 from lab.parallel.ring import blockwise_attention, ring_attention, ring_self_attention
@@ -63,6 +74,7 @@ from lab.runs.claims import (
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.runs.records import spread_curve
+from lab.train import checkpoint as checkpoints
 from lab.train import sequence_parallel as sp
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -70,18 +82,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 3 seeds of longer training, a finer search and a longer B x L grid: about 30 minutes
     # on the 2-core CPU
     "claim": {"steps": 600, "seeds": 3, "search_precision": 8,
-              "memory_bl": [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]},
+              "memory_bl": [256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+              "checkpoint": True},
     # the lent GPU machine: sweeps at larger sizes on its 16 cores' simulated CPU devices,
     # and one GPU's longest sequence with full against blockwise attention
     "gpu": {"memory_hidden": 256, "memory_bl": [1024, 2048, 4096, 8192, 16384, 32768, 65536],
             "search_hidden": 256, "search_length": 1024, "budget_mib": 256,
-            "one_device_budget_mib": 60_000, "one_device_hidden": 512},
+            "one_device_budget_mib": 60_000, "one_device_hidden": 512, "checkpoint": True},
 }
 PARAMETERS = ("preset", "devices", "length", "keys", "values", "hidden", "heads", "layers",
               "batch", "steps", "learning_rate", "seeds", "seed", "exact_devices",
               "tensor_devices", "memory_hidden", "memory_batch", "memory_bl", "search_hidden",
               "search_layers", "search_length", "search_batch", "search_precision", "budget_mib",
-              "one_device_hidden", "one_device_budget_mib")
+              "one_device_hidden", "one_device_budget_mib", "checkpoint")
 ATTENTIONS = ("rsa", "ring")
 
 
@@ -112,6 +125,7 @@ class Setup:
     budget_mib: float
     one_device_hidden: int
     one_device_budget_mib: float
+    checkpoint: bool = False  # keep every run and program's bytes: a resumed run reads them
 
     @property
     def sequence_devices(self) -> list[int]:
@@ -161,7 +175,7 @@ def configure(**params: Any) -> Setup:
                  p["memory_batch"], tuple(p["memory_bl"]), p["search_hidden"],
                  p["search_layers"], p["search_length"], p["search_batch"],
                  p["search_precision"], float(p["budget_mib"]), p["one_device_hidden"],
-                 float(p["one_device_budget_mib"]))
+                 float(p["one_device_budget_mib"]), bool(p.get("checkpoint", False)))
 
 
 def simulate_devices(n: int) -> None:
@@ -249,15 +263,25 @@ def train(setup: Setup, devices: int, attention: str, *, seed: int = 0, perturb:
 ONE, CONTROL = "one device", "one device, perturbed"
 
 
-def runs(setup: Setup) -> dict[str, list[dict[str, np.ndarray]]]:
+def runs(setup: Setup, kept: checkpoints.Kept | None = None
+         ) -> dict[str, list[dict[str, np.ndarray]]]:
     """Each seed's training: one device, RSA over ``devices``, the local ablation, and the
     rounding control (one device from a perturbed start: how far float32 rounding alone
-    moves the curve)."""
+    moves the curve). A run ``kept`` earlier is read back (with the seconds it took)."""
+    kept = kept or checkpoints.Kept(None)
     n = setup.devices
     plan = {ONE: (1, "rsa", False), f"RSA, N={n}": (n, "rsa", False),
             f"local only, N={n}": (n, "local", False), CONTROL: (1, "rsa", True)}
-    return {name: [train(setup, d, a, seed=setup.seed + s, perturb=p)
-                   for s in range(setup.seeds)]
+    sizes = [dataclasses.asdict(setup.task), setup.hidden, setup.heads, setup.layers,
+             setup.batch, setup.steps, setup.learning_rate]
+
+    def run(devices, attention, seed, perturb):
+        made = kept(["train", sizes, devices, attention, seed, perturb], lambda: {
+            k: np.asarray(v).tolist() for k, v in train(setup, devices, attention, seed=seed,
+                                                        perturb=perturb).items()})
+        return {k: np.asarray(v) if k != "seconds" else v for k, v in made.items()}
+
+    return {name: [run(d, a, setup.seed + s, p) for s in range(setup.seeds)]
             for name, (d, a, p) in plan.items()}
 
 
@@ -266,6 +290,22 @@ def divergence_step(a: np.ndarray, b: np.ndarray, tolerance: float) -> int:
     one past the end if they never do."""
     apart = np.flatnonzero(np.abs(a - b) > tolerance)
     return int(apart[0]) + 1 if apart.size else len(a) + 1
+
+
+def kept(setup: Setup) -> checkpoints.Kept:
+    """Where this notebook keeps what it makes (``setup.checkpoint``; otherwise a ``Kept``
+    that keeps nothing): training runs and compiled programs' bytes, each under a key of
+    its own sizes, in a folder named by what else defines them: jax's version, XLA's flags,
+    the CPU's and the default device's kind, and the source of the code that builds, trains
+    and measures the programs (an edit there makes them again)."""
+    if not setup.checkpoint:
+        return checkpoints.Kept(None)
+    key = json.dumps([jax.__version__, os.environ.get("XLA_FLAGS", ""),
+                      jax.devices("cpu")[0].device_kind, jax.devices()[0].device_kind,
+                      checkpoints.sources(sp, transformer_module, retrieval_module, ring,
+                                          megatron, compiled, cost, sys.modules[__name__])])
+    return checkpoints.Kept(checkpoints.default_dir() / "sequence_parallel"
+                            / hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
 # compiled programs, never run --------------------------------------------------------------
@@ -378,17 +418,23 @@ def crossover(bls, tensor, sequence) -> float | None:
     return None
 
 
-def memory_model(bls: list[int], *, n: int, batch: int, hidden: int, heads: int
-                 ) -> dict[str, Any]:
+def memory_model(bls: list[int], *, n: int, batch: int, hidden: int, heads: int,
+                 kept: checkpoints.Kept | None = None) -> dict[str, Any]:
     """Per-device bytes of each block part's train step at ``n`` devices over ``bls``
     (B x L with B = ``batch``), measured for both layouts, with the paper's MLP formula and
-    the measured crossovers (the paper: MLP at BL = 32H, attention at BL = 16AZ = 16H)."""
+    the measured crossovers (the paper: MLP at BL = 32H, attention at BL = 16AZ = 16H).
+    Bytes ``kept`` earlier are read back instead of compiled."""
+    kept = kept or checkpoints.Kept(None)
+    sizes = dict(batch=batch, hidden=hidden, heads=heads)
+
+    def bytes_at(part, layout, bl):
+        return kept(["block_step", part, layout, n, bl, sizes], lambda: cost.memory(
+            block_step(part, layout, n, length=bl // batch, **sizes)).total)
+
     out: dict[str, Any] = {"bl": list(bls), "devices": n, "hidden": hidden}
     for part in ("mlp", "attention"):
         for layout in ("tensor", "sequence"):
-            out[f"{part}_{layout}_bytes"] = [
-                cost.memory(block_step(part, layout, n, batch=batch, length=bl // batch,
-                                       hidden=hidden, heads=heads)).total for bl in bls]
+            out[f"{part}_{layout}_bytes"] = [bytes_at(part, layout, bl) for bl in bls]
         out[f"{part}_crossover"] = crossover(bls, out[f"{part}_tensor_bytes"],
                                              out[f"{part}_sequence_bytes"])
     for layout in ("tensor", "sequence"):
@@ -427,10 +473,12 @@ def largest(fits: Callable[[int], bool], unit: int, start: int = 1, precision: i
     return lo * unit, calls
 
 
-def max_sizes(setup: Setup) -> dict[str, Any]:
+def max_sizes(setup: Setup, kept: checkpoints.Kept | None = None) -> dict[str, Any]:
     """Largest batch at ``search_length`` and largest length at ``search_batch`` whose
     compiled train step (Adam, ``search_layers`` layers of width ``search_hidden``) needs at
-    most ``budget_mib`` per device: Megatron at ``tensor_devices`` and RSA at each N."""
+    most ``budget_mib`` per device: Megatron at ``tensor_devices`` and RSA at each N. Bytes
+    ``kept`` earlier are read back instead of compiled (``compiles`` counts both)."""
+    kept = kept or checkpoints.Kept(None)
     budget = setup.budget_mib * 2 ** 20
     sizes = dict(hidden=setup.search_hidden, heads=setup.heads, layers=setup.search_layers)
     plans = [("tensor", setup.tensor_devices)] + [("sequence", n) for n in setup.sequence_devices]
@@ -441,8 +489,10 @@ def max_sizes(setup: Setup) -> dict[str, Any]:
 
         def bytes_at(batch, length, layout=layout, n=n, measured=measured):
             if (batch, length) not in measured:
-                measured[batch, length] = cost.memory(model_step(
-                    layout, n, batch=batch, length=length, **sizes)).total
+                measured[batch, length] = kept(
+                    ["model_step", layout, n, batch, length, sizes],
+                    lambda: cost.memory(model_step(layout, n, batch=batch, length=length,
+                                                   **sizes)).total)
             return measured[batch, length]
         batch, _ = largest(lambda b: bytes_at(b, setup.search_length) <= budget, 1,
                            guess["batch"], setup.search_precision)
@@ -458,25 +508,31 @@ def max_sizes(setup: Setup) -> dict[str, Any]:
 
 # 5. communication --------------------------------------------------------------------------
 
-def communication(devices: list[int], *, batch: int, length: int, hidden: int, heads: int
-                  ) -> list[dict[str, Any]]:
+def communication(devices: list[int], *, batch: int, length: int, hidden: int, heads: int,
+                  kept: checkpoints.Kept | None = None) -> list[dict[str, Any]]:
     """Bytes each device sends per train step of a one-layer model: collective-permutes of
     RSA, against the paper's 8 (N - 1) B Z (L / N) A elements; and Megatron's all-reduces
     (operand bytes, and a ring all-reduce's traffic 2 (N - 1) / N times them): four of
     B L H floats per block, as in Megatron-LM, whose fused query/key/value projection
-    ``lab.models.transformer`` shares (``lab.parallel.megatron``)."""
+    ``lab.models.transformer`` shares (``lab.parallel.megatron``). Collectives ``kept``
+    earlier are read back instead of compiled."""
+    kept = kept or checkpoints.Kept(None)
     rows = []
     for n in devices:
         if n == 1:
             continue
         sizes = dict(batch=batch, length=length, hidden=hidden, heads=heads, layers=1)
-        rsa = cost.summary(cost.collectives(model_step("sequence", n, **sizes)))
+        def collectives(layout, n=n, sizes=sizes):
+            return kept(["collectives", layout, n, sizes], lambda: cost.summary(
+                cost.collectives(model_step(layout, n, **sizes))))
+
+        rsa = collectives("sequence")
         row = {"devices": n, "rsa_permute_bytes": rsa.get("collective-permute", {}).get("bytes", 0),
                "rsa_permutes": rsa.get("collective-permute", {}).get("count", 0),
                "rsa_all_gathers": rsa.get("all-gather", {}).get("count", 0),
                "paper_bytes": 4 * 8 * (n - 1) * batch * hidden * (length // n)}
         if heads % n == 0:
-            tp = cost.summary(cost.collectives(model_step("tensor", n, **sizes)))
+            tp = collectives("tensor")
             reduce = tp.get("all-reduce", {}).get("bytes", 0)
             row |= {"megatron_all_reduce_bytes": reduce,
                     "megatron_ring_traffic_bytes": reduce * 2 * (n - 1) / n}
@@ -510,18 +566,21 @@ def single_step(attention: str, *, batch: int, length: int, hidden: int, heads: 
                            compiler_options=compiler_options)
 
 
-def longest_one_device(setup: Setup, *, block: int = 64) -> dict[str, int]:
+def longest_one_device(setup: Setup, *, block: int = 64, kept: checkpoints.Kept | None = None
+                       ) -> dict[str, int]:
     """The longest sequence (multiple of ``block``) whose one-device train step (batch 1,
     one layer of ``one_device_hidden``) fits ``one_device_budget_mib``, with full against
-    blockwise attention, on the default device (the GPU where there is one)."""
+    blockwise attention, on the default device (the GPU where there is one). Bytes ``kept``
+    earlier are read back instead of compiled."""
+    kept = kept or checkpoints.Kept(None)
     budget = setup.one_device_budget_mib * 2 ** 20
     out: dict[str, int] = {"block": block}
     for attention in ("full", "blockwise"):
         def fits(length, attention=attention):
-            compiled = single_step(attention, batch=1, length=length,
-                                   hidden=setup.one_device_hidden, heads=setup.heads,
-                                   layers=1, block=block)
-            return cost.memory(compiled).total <= budget
+            sizes = dict(batch=1, length=length, hidden=setup.one_device_hidden,
+                         heads=setup.heads, layers=1, block=block)
+            return kept(["single_step", attention, jax.default_backend(), sizes],
+                        lambda: cost.memory(single_step(attention, **sizes)).total) <= budget
 
         out[f"{attention}_max_length"], out[f"{attention}_compiles"] = largest(
             fits, block, 8, setup.search_precision)

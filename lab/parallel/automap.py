@@ -36,11 +36,8 @@ The searchers over a space are in ``lab.parallel.search``.
 """
 
 import dataclasses
-import hashlib
 import itertools
-import json
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -56,6 +53,7 @@ from jax.sharding import PartitionSpec as P
 from lab.parallel import BATCH, param_spec
 from lab.parallel import cost as costs
 from lab.parallel.compiled import FAST, abstract, compile_program, is_shape
+from lab.train import checkpoint
 
 MiB = 2 ** 20
 
@@ -283,8 +281,13 @@ class Scorer:
         self.loss, self.optimizer, self.mesh = loss, optimizer, mesh
         self.batch_spec, self.compiler_options = batch_spec, compiler_options
         self.cache: dict[Layout, Cost] = {}
-        self.compiles, self.seconds, self.loaded = 0, 0.0, 0
-        self.store = store
+        self.compiles, self.seconds = 0, 0.0
+        self.kept = checkpoint.Kept(store)
+
+    @property
+    def loaded(self) -> int:
+        """Prices read back from ``store`` rather than compiled."""
+        return self.kept.loaded
 
     def compile(self, layout: Layout):
         """The train step compiled under ``layout``, never run."""
@@ -303,40 +306,19 @@ class Scorer:
 
     def __call__(self, layout: Layout) -> Cost:
         if layout not in self.cache:
-            cost = self._kept(layout)
-            if cost is None:
-                start = time.perf_counter()
-                compiled = self.compile(layout)
-                found = costs.collectives(compiled)
-                seconds = time.perf_counter() - start
-                cost = Cost(sum(c.bytes * c.count for c in found), sum(c.count for c in found),
-                            costs.memory(compiled).total, costs.flops(compiled), seconds)
-                self._keep(layout, cost)
-            else:
-                self.loaded += 1
+            cost = Cost(**self.kept(layout.table(), lambda: self._price(layout)._asdict()))
             self.cache[layout] = cost
             self.compiles += 1
             self.seconds += cost.seconds
         return self.cache[layout]
 
-    def _file(self, layout: Layout) -> Path:
-        return self.store / f"{hashlib.sha256(layout.table().encode()).hexdigest()[:32]}.json"
-
-    def _kept(self, layout: Layout) -> Cost | None:
-        path = None if self.store is None else self._file(layout)
-        if path is None or not path.exists():
-            return None
-        kept = json.loads(path.read_text())
-        return Cost(**kept["cost"]) if kept["layout"] == layout.table() else None
-
-    def _keep(self, layout: Layout, cost: Cost) -> None:
-        if self.store is None:
-            return
-        self.store.mkdir(parents=True, exist_ok=True)
-        path = self._file(layout)
-        part = path.with_suffix(f".{os.getpid()}.part")  # written whole, then renamed
-        part.write_text(json.dumps({"layout": layout.table(), "cost": cost._asdict()}))
-        os.replace(part, path)
+    def _price(self, layout: Layout) -> Cost:
+        start = time.perf_counter()
+        compiled = self.compile(layout)
+        found = costs.collectives(compiled)
+        seconds = time.perf_counter() - start
+        return Cost(sum(c.bytes * c.count for c in found), sum(c.count for c in found),
+                    costs.memory(compiled).total, costs.flops(compiled), seconds)
 
 
 @dataclasses.dataclass(frozen=True)

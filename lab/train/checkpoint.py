@@ -5,12 +5,18 @@ into place, so an interrupted save never leaves a half-written checkpoint behind
 ``load(path, like)`` reads the arrays into the structure of ``like`` (a pytree of the same
 shapes, e.g. a freshly initialised model) and returns them with the header. Typed random
 keys (``jax.random.key``) are stored as their raw key data and rebuilt on load.
+
+``Kept(folder)`` keeps JSON results (a measurement, a compiled program's bytes) one file per
+key, so that a run stopped at a deadline and resumed reads back what it finished instead of
+making it again.
 """
 
 import hashlib
 import inspect
 import json
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +97,44 @@ def default_dir() -> Path:
     ``~/.cache/lab/checkpoints``. Rerunning a notebook resumes from here."""
     return Path(os.environ.get("LAB_CHECKPOINT_DIR")
                 or Path.home() / ".cache" / "lab" / "checkpoints")
+
+
+class Kept:
+    """JSON-able results kept in ``folder``, one file per key. ``kept(key, make)`` returns
+    the value kept under ``key`` (any JSON-able value: the file's name is a digest of it and
+    the file holds it too, checked on reading) or calls ``make()``, keeps its value and
+    returns it; ``loaded`` and ``made`` count the two. ``folder`` None keeps nothing (every
+    call makes). The folder must belong to one computation: name it by everything that
+    defines the results and the key does not hold (versions, devices, ``sources``). Files
+    are written whole, then renamed, so a run stopped mid-write leaves none half-written."""
+
+    def __init__(self, folder: str | Path | None):
+        self.folder = None if folder is None else Path(folder)
+        self.loaded, self.made = 0, 0
+
+    def path(self, key: Any, prefix: str = "") -> Path:
+        name = hashlib.sha256(_key(key).encode()).hexdigest()[:32]
+        return self.folder / f"{prefix}{name}.json"
+
+    def __call__(self, key: Any, make: Callable[[], Any], prefix: str = "") -> Any:
+        if self.folder is None:
+            self.made += 1
+            return make()
+        path = self.path(key, prefix)
+        if path.exists():
+            kept = json.loads(path.read_text())
+            if kept["key"] == _key(key):
+                self.loaded += 1
+                return kept["value"]
+        value = make()
+        self.made += 1
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f".{path.name}.{os.getpid()}.part")
+        part.write_text(json.dumps({"key": _key(key), "value": value,
+                                    "measured": time.strftime("%Y-%m-%d %H:%M:%S %Z")}))
+        os.replace(part, path)
+        return value
+
+
+def _key(key: Any) -> str:
+    return json.dumps(key, sort_keys=True, default=str)
