@@ -11,6 +11,7 @@ import optax
 import pytest
 
 from lab.data import load
+from lab.experiments import proxprop as experiment
 from lab.experiments.proxprop import (
     Comparison,
     compare,
@@ -219,13 +220,29 @@ def test_as_inputs_shapes_images_for_each_arch():
         as_inputs(np.zeros((5, 30)), "conv")
 
 
-def test_compare_trains_backprop_and_each_solver_over_the_same_grid():
+def test_compare_trains_backprop_and_each_solver_over_the_same_grid_and_keeps_them(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(tmp_path))
     setup = configure(**DEFAULTS | {"dataset": "iris", "batch_size": 30, "seeds": 1,
                                     "solver": "cg3", "more_solvers": ["colcg3"],
-                                    "lr_grid": [0.1], "epochs": 1})
+                                    "lr_grid": [0.1], "epochs": 1, "checkpoint": True})
     x, y = load("iris", "train")
     data = (x, y, x, y)
-    result = compare(setup, data)
+    grids = experiment.kept(setup, data)
+    result = compare(setup, data, grids)
+    assert (grids.made, grids.loaded) == (3, 0)
+
+    def never(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(experiment, "timed_grid", never)  # a resumed run reads all three back
+    again = compare(setup, data, experiment.kept(setup, data))
+    assert again.seconds_per_epoch == result.seconds_per_epoch
+    for name in ("cg3", "colcg3"):
+        for a, b in zip(again.proxprop[name], result.proxprop[name], strict=True):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(AssertionError, match="trained again"):  # other data: trained anew
+        compare(setup, data, experiment.kept(setup, (x[:60], y[:60], x, y)))
     assert list(result.proxprop) == ["cg3", "colcg3"] and result.solver == "cg3"
     assert set(result.seconds_per_epoch) == {"BackProp", "cg3", "colcg3"}
     assert all(s > 0 for s in result.seconds_per_epoch.values())

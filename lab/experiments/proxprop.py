@@ -11,10 +11,17 @@ claim form one family. Seed ``s`` of every method starts from the same weights a
 same minibatches (``lab.train.proxprop.timed_grid``), so a seed is one unit, paired across
 methods; each claim is decided from the per-seed numbers by the shared rule
 (``lab.runs.verdict``).
+
+With ``checkpoint`` (on in the long presets: ``fashion_mlp``, ``fashion_conv`` = ``gpu`` and
+the ``paper_*`` ones) each method's finished grid of runs is kept with the seconds it took
+(``lab.train.checkpoint.Kept``), so a run stopped at a deadline and resumed trains only the
+methods it had not finished.
 """
 
+import hashlib
+import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import jax
@@ -23,10 +30,15 @@ from jax.sharding import Mesh
 
 from lab import parallel
 from lab.data import DATASETS, load
+from lab.models import convnet, mlp
+from lab.optim import proxprop as optim_module
 from lab.runs.claims import GREATER, THRESHOLD, Declaration, declarations, judge, plural, said
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.runs.records import spread_curve
+from lab.train import checkpoint as checkpoints
+from lab.train import proxprop as train_module
+from lab.train import supervised
 from lab.train.proxprop import (
     Curves,
     ProxPropConfig,
@@ -50,7 +62,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "fashion_mlp": dict(dataset="fashion_mnist", arch="mlp", hidden=[4000, 1000, 4000],
                         batch_size=500, optimizer="nesterov", backprop_lr=0.05, lr=1.0,
                         tau=0.05, solver="exact", more_solvers=["cg3"], train_size=10_000,
-                        epochs=4, seeds=3, lr_grid=[0.05, 1.0]),
+                        epochs=4, seeds=3, lr_grid=[0.05, 1.0], checkpoint=True),
     # The paper's ConvNet (models.py, ProxPropConvNet: three 5x5 convolutions of 16, 20, 20
     # channels, 'same' padding, ReLU, 2x2 max-pool after the first two; Linear 980 -> 10 on
     # 28x28x1), Adam, tau 1, cg3 and cg10 as in paper_experiments.sh; full training set.
@@ -61,13 +73,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     # for the preset with compilation).
     "fashion_conv": dict(dataset="fashion_mnist", arch="conv", batch_size=500, optimizer="adam",
                          backprop_lr=1e-3, lr=1e-3, tau=1.0, solver="cg3", more_solvers=["cg10"],
-                         train_size=0, epochs=20, seeds=3, lr_grid=[1e-4, 1e-3, 1e-2]),
+                         train_size=0, epochs=20, seeds=3, lr_grid=[1e-4, 1e-3, 1e-2],
+                         checkpoint=True),
     "paper_mlp": dict(dataset="cifar10", arch="mlp", hidden=[4000, 1000, 4000], batch_size=500,
                       optimizer="nesterov", backprop_lr=0.05, lr=1.0, tau=0.05, solver="exact",
-                      epochs=50, lr_grid=[0.005, 0.05, 0.5, 1.0, 5.0]),
+                      epochs=50, lr_grid=[0.005, 0.05, 0.5, 1.0, 5.0], checkpoint=True),
     "paper_conv": dict(dataset="cifar10", arch="conv", batch_size=500, optimizer="adam",
                        backprop_lr=1e-3, lr=1e-3, tau=1.0, solver="cg3", epochs=50,
-                       lr_grid=[1e-4, 1e-3, 1e-2]),
+                       lr_grid=[1e-4, 1e-3, 1e-2], checkpoint=True),
 }
 PRESETS["gpu"] = PRESETS["fashion_conv"]  # `python -m lab run --all --preset gpu` on a lent GPU
 
@@ -91,6 +104,8 @@ class Setup:
     """Devices each minibatch is split over (``devices // model_devices`` ways)."""
     model_devices: int = 1
     """How many of them split each wide weight matrix (the ``"model"`` mesh axis)."""
+    checkpoint: bool = False
+    """Keep each method's finished grid of runs; a rerun (a resume) reads it back."""
 
     def mesh(self) -> Mesh | None:
         """The first ``devices`` devices as a ``data x model`` grid (:func:`parallel.mesh`);
@@ -112,14 +127,15 @@ def configure(*, preset: str, dataset: str, arch: str, hidden: list[int], solver
               optimizer: str, lr: float, backprop_lr: float, tau: float, epochs: int,
               batch_size: int, seeds: int, lr_grid: list[float],
               more_solvers: list[str] = (), train_size: int = 0, devices: int = 1,
-              model_devices: int = 1) -> Setup:
+              model_devices: int = 1, checkpoint: bool = False) -> Setup:
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
     The runner calls this before it starts a kernel (the notebook's metadata names it)."""
     p = with_preset(dict(preset=preset, dataset=dataset, arch=arch, hidden=hidden,
                          solver=solver, optimizer=optimizer, lr=lr, backprop_lr=backprop_lr,
                          tau=tau, epochs=epochs, batch_size=batch_size, lr_grid=lr_grid,
                          more_solvers=more_solvers, train_size=train_size, seeds=seeds,
-                         devices=devices, model_devices=model_devices), PRESETS)
+                         devices=devices, model_devices=model_devices,
+                         checkpoint=checkpoint), PRESETS)
     if p["dataset"] not in DATASETS:
         raise ValueError(f"unknown dataset {p['dataset']!r}; choose one of {', '.join(DATASETS)}")
     seeds = p["seeds"]
@@ -148,7 +164,7 @@ def configure(*, preset: str, dataset: str, arch: str, hidden: list[int], solver
     parallel.check_devices(devices, model_devices, batch_size=config.batch_size)
     return Setup(config, p["dataset"], float(p["lr"]), float(p["backprop_lr"]),
                  tuple(map(float, p["lr_grid"])), seeds, more, int(p["train_size"]), devices,
-                 model_devices)
+                 model_devices, bool(p["checkpoint"]))
 
 
 @dataclass(frozen=True)
@@ -179,18 +195,44 @@ def load_data(setup: Setup):
     return as_inputs(x, arch), y, as_inputs(x_val, arch), y_val
 
 
-def compare(setup: Setup, data) -> Comparison:
+def compare(setup: Setup, data, kept: checkpoints.Kept | None = None) -> Comparison:
     """Train BackProp and every solver of ``setup.solvers`` over ``setup.lrs`` and
     ``setup.seeds`` on ``setup.mesh()``; each one's seconds per epoch are those of its own
-    grid run, compiled (:func:`lab.train.proxprop.timed_grid`)."""
+    grid run, compiled (:func:`lab.train.proxprop.timed_grid`). A method's grid ``kept``
+    earlier (``kept(setup, data)``) is read back with the seconds it took then."""
+    kept = kept or checkpoints.Kept(None)
     mesh = setup.mesh()
     curves, seconds = {}, {}
     for name, solver in (("BackProp", "gradient"), *((s, s) for s in setup.solvers)):
         config = replace(setup.config, solver=solver)
-        grid, seconds[name] = timed_grid(config, data, setup.lrs, setup.seeds, mesh=mesh)
-        curves[name] = jax_to_numpy(grid)
+
+        def run(config=config):
+            grid, seconds = timed_grid(config, data, setup.lrs, setup.seeds, mesh=mesh)
+            return {"curves": [np.asarray(c).tolist() for c in grid], "seconds": seconds}
+
+        made = kept([asdict(config), setup.lrs.tolist(), setup.seeds, setup.devices,
+                     setup.model_devices], run)
+        curves[name] = Curves(*(np.asarray(c, np.float64) for c in made["curves"]))
+        seconds[name] = made["seconds"]
     backprop = curves.pop("BackProp")
     return Comparison(setup.lrs, backprop, curves, seconds)
+
+
+def kept(setup: Setup, data) -> checkpoints.Kept:
+    """Where ``compare`` keeps each method's grid (``setup.checkpoint``; otherwise a ``Kept``
+    that keeps nothing), in a folder named by what else defines the runs: the data's bytes,
+    jax's version, the devices' kind and the source of the training code (an edit there
+    trains again)."""
+    if not setup.checkpoint:
+        return checkpoints.Kept(None)
+    digest = hashlib.sha256()
+    for array in data:
+        digest.update(np.ascontiguousarray(array).tobytes())
+    key = json.dumps([digest.hexdigest(), jax.__version__, jax.devices()[0].device_kind,
+                      checkpoints.sources(train_module, convnet, mlp, optim_module, supervised,
+                                          parallel)])
+    return checkpoints.Kept(checkpoints.default_dir() / "proxprop"
+                            / hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
 def side_by_side(setup: Setup, data, seed: int = 0,
