@@ -229,10 +229,11 @@ scorer(space.layout(space.replicated))  # the same layout again comes from the c
 facts["compiles"] = scorer.compiles
 # a store keeps each price: another scorer (a resumed run) reads it back and never compiles
 import pathlib, tempfile
+from lab.train.checkpoint import Kept
 store = pathlib.Path(tempfile.mkdtemp()) / "prices"
-first = automap.Scorer(loss, optax.sgd(0.1), net, batch, mesh, store=store)
+first = automap.Scorer(loss, optax.sgd(0.1), net, batch, mesh, store=Kept(store))
 kept = first(space.layout(space.replicated))
-again = automap.Scorer(loss, optax.sgd(0.1), net, batch, mesh, store=store)
+again = automap.Scorer(loss, optax.sgd(0.1), net, batch, mesh, store=Kept(store))
 again.compile = None  # calling it would raise
 facts["store"] = {"same": again(space.layout(space.replicated)) == kept,
                   "loaded": again.loaded, "compiles": again.compiles,

@@ -209,7 +209,7 @@ def problem(setup: Setup, layers: int, *, batch: int | None = None, length: int 
     space = automap.space(model, m, include=blocks_only, axes=axes or setup.axes)
     store = _store(model, tokens, m) if setup.checkpoint else None
     scorer = automap.Scorer(train.loss, optax.adam(1e-3), model, (tokens, tokens), m,
-                            store=store)
+                            store=None if store is None else checkpoints.Kept(store))
     return Problem(layers, batch, length, space, scorer)
 
 

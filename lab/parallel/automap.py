@@ -40,8 +40,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -53,7 +52,6 @@ from jax.sharding import PartitionSpec as P
 from lab.parallel import BATCH, param_spec
 from lab.parallel import cost as costs
 from lab.parallel.compiled import FAST, abstract, compile_program, is_shape
-from lab.train import checkpoint
 
 MiB = 2 ** 20
 
@@ -264,8 +262,9 @@ class Scorer:
     ``batch_spec`` (the leading axis over ``"data"``). ``compiles`` and ``seconds`` count
     the cache misses.
 
-    With a ``store`` folder each price is also kept there, one file per layout, and a layout
-    priced in an earlier process is read back instead of compiled (``loaded`` counts those):
+    With a ``store`` (a ``lab.train.checkpoint.Kept``: a folder of results, one file per key)
+    each price is also kept there, one file per layout, and a layout priced in an earlier
+    process is read back instead of compiled (``loaded`` counts those):
     a run stopped at a deadline and resumed replays its deterministic searches from the
     kept prices, to the same figures. A loaded price counts in ``compiles`` and ``seconds``
     with the seconds it took when it was compiled. The folder must belong to this scorer's
@@ -273,7 +272,7 @@ class Scorer:
 
     def __init__(self, loss: Callable, optimizer: optax.GradientTransformation, model, batch,
                  mesh: Mesh, *, batch_spec: P = BATCH, compiler_options: dict | None = FAST,
-                 store: Path | None = None):
+                 store: Any = None):
         self.model = eqx.filter_eval_shape(lambda: model)
         self.opt_state = eqx.filter_eval_shape(
             lambda m: optimizer.init(eqx.filter(m, eqx.is_array)), model)
@@ -282,12 +281,12 @@ class Scorer:
         self.batch_spec, self.compiler_options = batch_spec, compiler_options
         self.cache: dict[Layout, Cost] = {}
         self.compiles, self.seconds = 0, 0.0
-        self.kept = checkpoint.Kept(store)
+        self.store = store
 
     @property
     def loaded(self) -> int:
         """Prices read back from ``store`` rather than compiled."""
-        return self.kept.loaded
+        return 0 if self.store is None else self.store.loaded
 
     def compile(self, layout: Layout):
         """The train step compiled under ``layout``, never run."""
@@ -306,7 +305,8 @@ class Scorer:
 
     def __call__(self, layout: Layout) -> Cost:
         if layout not in self.cache:
-            cost = Cost(**self.kept(layout.table(), lambda: self._price(layout)._asdict()))
+            cost = (self._price(layout) if self.store is None else
+                    Cost(**self.store(layout.table(), lambda: self._price(layout)._asdict())))
             self.cache[layout] = cost
             self.compiles += 1
             self.seconds += cost.seconds
