@@ -143,6 +143,57 @@ def test_configure_refuses_bad_values_in_one_line(change, message):
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
 
 
+def test_model_runs_are_kept_continued_from_their_last_chunk_and_read_back(tmp_path,
+                                                                          monkeypatch):
+    import equinox as eqx
+    import jax
+
+    params = NOTEBOOK | SMOKE["12_pixelcnn"] | {"models": ["sequential"], "group_shapes": [],
+                                                "steps": 2, "eval_every": 1, "batch": 2,
+                                                "channels": 4, "layers": 1}
+    x = np.random.default_rng(0).integers(0, 2, (6, 32, 32)).astype(np.int32)
+    setup = experiment.configure(**params)
+    fresh = experiment.train_model(setup, "sequential", x, x[:2])  # checkpoint off: as always
+    assert experiment.kept(setup).folder is None
+
+    def deadline(kind, step, nats):
+        raise RuntimeError("deadline")
+
+    with pytest.raises(RuntimeError, match="deadline"):  # stopped after its first chunk
+        experiment.train_model(setup, "sequential", x, x[:2], deadline,
+                               experiment.KeptRuns(tmp_path))
+    runs = experiment.KeptRuns(tmp_path)
+    again = experiment.train_model(setup, "sequential", x, x[:2], kept=runs)  # continued
+    assert (runs.chunks, runs.made, runs.loaded) == (1, 1, 0)
+
+    def never(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(experiment, "_train", never)
+    runs = experiment.KeptRuns(tmp_path)
+    back = experiment.train_model(setup, "sequential", x, x[:2], kept=runs)  # models too
+    assert (runs.chunks, runs.made, runs.loaded) == (0, 0, 1)
+    for run in (again, back):
+        assert list(run) == list(fresh)
+        assert {k: v for k, v in run.items() if k not in ("models", "seconds")} == {
+            k: v for k, v in fresh.items() if k not in ("models", "seconds")}
+        for a, b in zip(*(jax.tree.leaves(eqx.filter(r["models"], eqx.is_array))
+                          for r in (run, fresh)), strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+    other = experiment.configure(**(params | {"eval_examples": 1}))
+    with pytest.raises(AssertionError, match="trained again"):  # another size: made anew
+        experiment.train_model(other, "sequential", x, x[:1], kept=runs)
+
+    # the folder: under LAB_CHECKPOINT_DIR, named by the images' bytes (among others)
+    monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(tmp_path))
+    monkeypatch.setattr(experiment, "_data_digest", lambda dataset, levels: dataset)
+    on = experiment.configure(**(params | {"checkpoint": True}))
+    folder = experiment.kept(on).folder
+    assert folder.parent == tmp_path / "pixelcnn" and folder == experiment.kept(on).folder
+    assert experiment.kept(experiment.configure(**(params | {"checkpoint": True, "dataset":
+                                                              "mnist_5k"}))).folder != folder
+
+
 def test_pixelcnn_panel_samples_live_group_by_group_and_pixel_by_pixel():
     from lab.widgets.pixelcnn_panel import pixelcnn_panel
 

@@ -21,10 +21,22 @@ The claims (``CLAIMS``) are decided by the shared rule (``lab.runs.verdict``): t
 likelihood per seed (each seed's models see the same batches) against a declared margin,
 the sampling speed per timing repeat (``timing_repeats`` timed calls of every sampler after
 a compiling call).
+
+With ``checkpoint`` (on in the long presets: ``claim``, ``eight_bit``, ``gap``) every model
+run of ``train_model`` (one kind over its seeds, in ``train_models`` and ``shape_study``)
+keeps its training state after each chunk of ``eval_every`` steps and, once finished, its
+numbers (``lab.train.checkpoint``; ``kept``), so a run stopped at a deadline and resumed
+reads finished runs back (their trained models too, their seconds as measured then) and
+continues an unfinished one from its last chunk, to the same numbers. The sampling times
+are measured again.
 """
 
 import dataclasses
 import functools
+import hashlib
+import json
+import os
+import sys
 import time
 from typing import Any
 
@@ -35,6 +47,7 @@ import numpy as np
 import optax
 
 from lab.data import load
+from lab.models import pixelcnn as models_module
 from lab.models.pixelcnn import (
     GatedPixelCNN,
     MultiscalePixelCNN,
@@ -56,6 +69,7 @@ from lab.runs.claims import (
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.runs.records import spread_curve
+from lab.train import checkpoint as checkpoints
 from lab.train import pixelcnn as train
 
 SIZE = 32  # the training images: 28x28 padded by 2 on each side
@@ -68,23 +82,25 @@ PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
     # 10x the steps, 5,000 test images, the sequential sampler timed over 256 pixels per size:
     # about 40 minutes here
-    "claim": {"steps": 2000, "eval_every": 500, "eval_examples": 5000, "timing_steps": 256},
+    "claim": {"steps": 2000, "eval_every": 500, "eval_examples": 5000, "timing_steps": 256,
+              "checkpoint": True},
     # 8-bit Fashion-MNIST with a 256-way softmax per pixel (the paper's setting is 8-bit),
     # 1,000 steps, 2,000 test images: 80 minutes here beside other runs (400 steps and 300
     # images until issue 42)
-    "eight_bit": {"levels": 256, "steps": 1000, "eval_every": 250, "eval_examples": 2000},
+    "eight_bit": {"levels": 256, "steps": 1000, "eval_every": 250, "eval_examples": 2000,
+                  "checkpoint": True},
     # the group networks' shape (issue 42): at about equal parameters 2 blocks of 11 channels
     # (an 11x11 view) and 4 of 8 (19x19) beside the default 1 of 16 (7x7), and 2 of 32 (5.9x
     # the model's parameters); against the sequential PixelCNN, 1,000 steps, 2,000 test
     # images: 104 minutes here beside other runs
     "gap": {"models": ["sequential", "multiscale"], "steps": 1000, "eval_every": 500,
             "eval_examples": 2000, "group_shapes": [[11, 2], [8, 4], [32, 2]],
-            "timing_sizes": [16, 32]},
+            "timing_sizes": [16, 32], "checkpoint": True},
 }
 PARAMETERS = ("preset", "dataset", "levels", "models", "seeds", "steps", "batch", "lr",
               "eval_every", "eval_examples", "channels", "layers", "base", "base_channels",
               "base_layers", "group_channels", "group_blocks", "group_shapes", "timing_sizes",
-              "timing_batch", "timing_steps", "timing_repeats", "samples", "seed")
+              "timing_batch", "timing_steps", "timing_repeats", "samples", "seed", "checkpoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +130,7 @@ class Setup:
     timing_repeats: int  # timed calls of each sampler per size, after a compiling one
     samples: int  # images per model in the sample grids
     seed: int
+    checkpoint: bool = False  # keep each model run (its state per chunk); a resume reads it back
 
 
 def configure(**params: Any) -> Setup:
@@ -157,7 +174,7 @@ def configure(**params: Any) -> Setup:
                  p["group_channels"], p["group_blocks"],
                  tuple((int(c), int(b)) for c, b in shapes), tuple(p["timing_sizes"]),
                  p["timing_batch"], p["timing_steps"], p["timing_repeats"], p["samples"],
-                 p["seed"])
+                 p["seed"], bool(p.get("checkpoint", False)))
 
 
 # data and models -----------------------------------------------------------------------------
@@ -195,14 +212,42 @@ def unstacked(models: eqx.Module, index: int) -> eqx.Module:
 # 1. likelihood -------------------------------------------------------------------------------
 
 def train_model(setup: Setup, kind: str, train_x: jax.Array, test_x: jax.Array,
-                on_eval=None) -> dict[str, Any]:
+                on_eval=None, kept: checkpoints.Kept | None = None) -> dict[str, Any]:
     """Every seed of model ``kind`` (``jax.vmap`` over seeds, ``eval_every`` steps per
     compiled call): the training loss per step, the test NLL at each evaluation and the
-    final one, in nats per image and bits per dimension; the trained models."""
+    final one, in nats per image and bits per dimension; the trained models. With ``kept``
+    (``kept(setup)``) a run finished earlier is read back (its models from its last training
+    state, its seconds as measured then) and an unfinished one continues from the last chunk
+    whose state it kept."""
+    kept = kept or checkpoints.Kept(None)
+    key = unit(setup, kind)
+    path = None if kept.folder is None else kept.path(key, "state-").with_suffix(".eqx")
+    trained = {}
+
+    def make() -> dict[str, Any]:
+        run = _train(setup, kind, train_x, test_x, on_eval, path, kept)
+        trained["models"] = run.pop("models")
+        return run
+
+    run = kept(key, make, prefix="run-")
+    if "models" not in trained:  # read back: the models of the last state it kept
+        trained["models"] = checkpoints.load(path, _start(setup, kind)[1])[0].model
+    return run | trained
+
+
+def _start(setup: Setup, kind: str):
+    """The seeds' keys and models, and the training functions and their first state."""
     keys = jax.random.split(jax.random.key(setup.seed), setup.seeds)
     models = stacked([build(setup, kind, SIZE, k) for k in keys])  # eager: fast to compile
     start, run, measure = train.make_train(optax.adam(setup.lr), setup.batch, setup.eval_every)
-    state = start(models)
+    return keys, start(models), run, measure
+
+
+def _train(setup: Setup, kind: str, train_x: jax.Array, test_x: jax.Array, on_eval,
+           path, kept) -> dict[str, Any]:
+    """``train_model``'s training; with ``path`` its state (and numbers so far) is saved
+    there after each chunk and, when there is one, continued from."""
+    keys, state, run, measure = _start(setup, kind)
     step_keys = jax.random.split(jax.random.key(setup.seed + 1), setup.seeds)
     losses, tests, steps = [], [], []
 
@@ -210,15 +255,29 @@ def train_model(setup: Setup, kind: str, train_x: jax.Array, test_x: jax.Array,
         chunks = [test_x[i:i + EVAL_CHUNK] for i in range(0, len(test_x), EVAL_CHUNK)]
         return sum(np.asarray(measure(state, c)) * len(c) for c in chunks) / len(test_x)
 
+    done, before = 0, 0.0
+    if path is not None and path.exists():  # an unfinished run: continue after its last chunk
+        state, info = checkpoints.load(path, state)
+        done, before = info["chunks"], info["seconds"]
+        losses = [np.asarray(v, info["dtypes"][0]) for v in info["losses"]]
+        tests = [np.asarray(v, info["dtypes"][1]) for v in info["tests"]]
+        steps = [(i + 1) * setup.eval_every for i in range(done)]
+        kept.chunks = getattr(kept, "chunks", 0) + done
     begin = time.perf_counter()
-    for i in range(setup.steps // setup.eval_every):
+    for i in range(done, setup.steps // setup.eval_every):
         state, loss = run(state, train_x, jax.vmap(jax.random.fold_in, (0, None))(step_keys, i))
         losses.append(np.asarray(loss))
         tests.append(evaluate(state))
         steps.append((i + 1) * setup.eval_every)
+        if path is not None:
+            checkpoints.save(path, state, chunks=i + 1,
+                             seconds=before + time.perf_counter() - begin,
+                             dtypes=[str(losses[-1].dtype), str(tests[-1].dtype)],
+                             losses=[v.tolist() for v in losses],
+                             tests=[v.tolist() for v in tests])
         if on_eval is not None:
             on_eval(kind, steps[-1], tests[-1])
-    seconds = time.perf_counter() - begin
+    seconds = before + time.perf_counter() - begin
     pixels = SIZE * SIZE
     final = tests[-1]
     return {"model": kind, "parameters": parameter_count(build(setup, kind, SIZE, keys[0])),
@@ -228,14 +287,58 @@ def train_model(setup: Setup, kind: str, train_x: jax.Array, test_x: jax.Array,
             "seconds": seconds, "models": state.model}
 
 
-def train_models(setup: Setup, on_eval=None) -> dict[str, Any]:
+def unit(setup: Setup, kind: str) -> dict[str, Any]:
+    """What defines one model run besides ``kept``'s folder: its kind and the parameters
+    it trains with."""
+    shape = (("channels", "layers") if kind == "sequential" else
+             ("base", "base_channels", "base_layers", "group_channels", "group_blocks"))
+    return {"kind": kind} | {name: getattr(setup, name) for name in (
+        "dataset", "levels", "seeds", "steps", "batch", "lr", "eval_every", "eval_examples",
+        "seed", *shape)}
+
+
+class KeptRuns(checkpoints.Kept):
+    """A ``Kept`` of model runs; ``chunks`` counts the chunks of unfinished runs continued
+    from their kept state (``loaded`` and ``made``: finished runs read back, runs made)."""
+
+    def __init__(self, folder):
+        super().__init__(folder)
+        self.chunks = 0
+
+
+@functools.lru_cache(maxsize=2)
+def _data_digest(dataset: str, levels: int) -> str:
+    digest = hashlib.sha256()
+    for split in ("train", "test"):
+        digest.update(np.ascontiguousarray(images(dataset, split, levels)).tobytes())
+    return digest.hexdigest()
+
+
+def kept(setup: Setup) -> KeptRuns:
+    """Where ``train_model`` keeps its runs (``setup.checkpoint``; otherwise one that keeps
+    nothing), in a folder named by what else defines them: the images' bytes, jax's,
+    Equinox's and Optax's versions, XLA's flags, the device's kind, the evaluation's chunk
+    and the source of the models, the training code and this module (an edit there trains
+    again)."""
+    if not setup.checkpoint:
+        return KeptRuns(None)
+    key = json.dumps([_data_digest(setup.dataset, setup.levels), jax.__version__,
+                      eqx.__version__, optax.__version__, os.environ.get("XLA_FLAGS", ""),
+                      jax.devices()[0].device_kind, SIZE, EVAL_CHUNK,
+                      checkpoints.sources(models_module, train, sys.modules[__name__])])
+    return KeptRuns(checkpoints.default_dir() / "pixelcnn"
+                    / hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+def train_models(setup: Setup, on_eval=None, kept: checkpoints.Kept | None = None
+                 ) -> dict[str, Any]:
     """Each model of ``setup.models`` on the setup's data; ``on_eval(kind, step, nats)``
-    sees each evaluation."""
+    sees each evaluation; ``kept``: as in ``train_model``."""
     train_x = images(setup.dataset, "train", setup.levels)
     test_x = images(setup.dataset, "test", setup.levels)[:setup.eval_examples]
     check_levels(jnp.asarray(train_x), setup.levels)
-    runs = {kind: train_model(setup, kind, jnp.asarray(train_x), jnp.asarray(test_x), on_eval)
-            for kind in setup.models}
+    runs = {kind: train_model(setup, kind, jnp.asarray(train_x), jnp.asarray(test_x), on_eval,
+                              kept) for kind in setup.models}
     return {"dataset": setup.dataset, "levels": setup.levels, "train": int(len(train_x)),
             "test": int(len(test_x)), "runs": runs}
 
@@ -246,11 +349,12 @@ def view(blocks: int) -> int:
     return 3 + 4 * blocks
 
 
-def shape_study(setup: Setup, study: dict[str, Any], on_eval=None) -> list[dict[str, Any]]:
+def shape_study(setup: Setup, study: dict[str, Any], on_eval=None,
+                kept: checkpoints.Kept | None = None) -> list[dict[str, Any]]:
     """The multiscale model with each of ``setup.group_shapes`` for its group networks
     (the setup's seeds, steps and test images, the same data as ``study``), beside the one
     ``study`` trained: per shape its parameters, view, test NLL and gap to the sequential
-    PixelCNN (relative, bits per dimension)."""
+    PixelCNN (relative, bits per dimension); ``kept``: as in ``train_model``."""
     train_x = jnp.asarray(images(setup.dataset, "train", setup.levels))
     test_x = jnp.asarray(images(setup.dataset, "test", setup.levels)[:setup.eval_examples])
     sequential = np.mean(study["runs"]["sequential"]["final_nats"]) if (
@@ -259,7 +363,7 @@ def shape_study(setup: Setup, study: dict[str, Any], on_eval=None) -> list[dict[
     for channels, blocks in setup.group_shapes:
         shaped = dataclasses.replace(setup, group_channels=channels, group_blocks=blocks)
         runs.append(((channels, blocks), train_model(shaped, "multiscale", train_x, test_x,
-                                                      on_eval)))
+                                                      on_eval, kept)))
     rows = []
     for (channels, blocks), run in runs:
         nats = float(np.mean(run["final_nats"]))
