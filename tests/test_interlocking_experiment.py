@@ -206,11 +206,32 @@ def test_text_task_heads_and_a_held_out_split_apart_from_the_test_text():
     assert ",".join(map(str, test_inputs[0].tolist())) in ",".join(map(str, corpus.test.tolist()))
 
 
-def test_train_rules_chooses_each_rules_step_size_on_held_out_text_and_records_it():
-    setup = experiment.configure(**(TINY | {"rules": ["pairwise-sum"], "text_steps": 5,
+def test_train_rules_chooses_each_rules_step_size_on_held_out_text_and_keeps_it(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(tmp_path))
+    setup = experiment.configure(**(TINY | {"rules": ["pairwise-sum"], "text_steps": 10,
                                             "text_lr_grid": [1e-5, 3e-3, 3e-2],
-                                            "text_lr_select_steps": 5}))
-    study = experiment.train_rules(setup, "text")
+                                            "text_lr_select_steps": 5, "checkpoint": True}))
+    units = experiment.kept(setup, "text")
+    study = experiment.train_rules(setup, "text", kept=units)
+    assert (units.made, units.loaded) == (2, 0)  # the choice and the run
+    assert [p.suffix for p in units.folder.iterdir()] == [".json"] * 2  # no state left
+
+    def never(*args, **kwargs):
+        raise AssertionError("made again")
+
+    monkeypatch.setattr(experiment.train, "select_step_size", never)
+    monkeypatch.setattr(experiment.train, "make_train", never)
+    again = experiment.kept(setup, "text")  # a resumed run reads both back
+    assert experiment.train_rules(setup, "text", kept=again) == study
+    assert (again.made, again.loaded) == (0, 2)
+    with pytest.raises(AssertionError, match="made again"):  # other sizes: made anew
+        longer = experiment.configure(**(TINY | {"rules": ["pairwise-sum"], "text_steps": 15,
+                                                 "text_lr_grid": [1e-5, 3e-3, 3e-2],
+                                                 "text_lr_select_steps": 5,
+                                                 "checkpoint": True}))
+        experiment.train_rule(longer, experiment.task(longer, "text"), "pairwise-sum",
+                              kept=experiment.kept(longer, "text"))
     selection = study["lr_selection"]
     assert selection["grid"] == [1e-5, 3e-3, 3e-2] and selection["steps"] == 5
     for rule in setup.rules:
@@ -224,6 +245,10 @@ def test_train_rules_chooses_each_rules_step_size_on_held_out_text_and_records_i
     assert selection["chosen"]["pairwise-sum"] != 1e-5
     ones = [1.0] * 4
     times = schedule.Times(ones, ones, ones, ones, ones, [0.0] * 4)
+    monkeypatch.setattr(experiment, "repeat_times", lambda *args: (times, [times, times]))
+    timed = experiment.timings(setup, "text", experiment.kept(setup, "text"))
+    monkeypatch.setattr(experiment, "repeat_times", never)  # the op times read back too
+    assert experiment.timings(setup, "text", experiment.kept(setup, "text")) == timed
     timing = {"text": {"times": {}, "rules": {
         "pairwise-sum": schedule.summary(4, 2, times, mode="sum")}}}
     timing["text"]["repeats"] = {"pairwise-sum": [1.0]}

@@ -28,10 +28,20 @@ interlocking rule (``2 <= n < K``, each mode) and task, the rules of a task in o
 the rule's final metric against the mid-point of local's and global's on that seed. Time:
 per timing repeat (``timings``: every op timed once per repeat, compiled and warmed up
 first), the rule's place between local's and global's modelled time per batch.
+
+With ``checkpoint`` (on in ``claim``) every finished unit is kept under
+``$LAB_CHECKPOINT_DIR`` (``kept``; ``lab.train.checkpoint.Kept``): each rule's step-size
+choice, each rule's training over its seeds (and, while it trains, its state after every
+``eval_every`` steps), each task's op times. A run stopped at a deadline and resumed reads
+them back and makes only the rest: the same numbers; the seconds of a kept unit are those
+measured when it was made (summed over the runs that trained it).
 """
 
 import dataclasses
 import functools
+import hashlib
+import json
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,10 +53,14 @@ import numpy as np
 import optax
 
 from lab.data import load
+from lab.data import text as text_module
 from lab.data.text import load_text, provenance, windows
 from lab.experiments.sequence_parallel import simulate_devices  # noqa: F401 (the notebook calls it)
+from lab.models import conv, interlocking_rule, transformer
+from lab.models import interlocking as models_module
 from lab.models.interlocking import Stack, char_transformer, parameter_counts, resnet
 from lab.parallel import interlocking as schedule
+from lab.parallel import interlocking_devices
 from lab.parallel.interlocking_devices import ComponentOps, op_times, run_pipeline
 from lab.runs.claims import (
     GREATER,
@@ -62,6 +76,7 @@ from lab.runs.claims import (
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.runs.records import spread_curve
+from lab.train import checkpoint as checkpoints
 from lab.train import interlocking as train
 
 COMPONENTS = 4
@@ -75,13 +90,13 @@ PRESETS: dict[str, dict[str, Any]] = {
               "eval_examples": 10000,
               "rules": ["global", "local", "pairwise", "pairwise-sum", "pairwise-mean", "3-wise"],
               "head_blocks": 1, "text_lr_grid": [0.001, 0.003, 0.01, 0.03],
-              "text_lr_select_steps": 500},
+              "text_lr_select_steps": 500, "checkpoint": True},
 }
 PARAMETERS = ("preset", "tasks", "rules", "seeds", "channels", "blocks", "head_channels",
               "image_batch", "image_steps", "image_lr", "image_target", "hidden", "heads", "length",
               "head_blocks", "text_batch", "text_steps", "text_lr", "text_lr_grid",
               "text_lr_select_steps", "text_target", "eval_every", "eval_examples",
-              "timing_repeats", "pipeline_batches", "seed")
+              "timing_repeats", "pipeline_batches", "seed", "checkpoint")
 VALIDATION_FRACTION = 0.1  # the end of the training text held out for choosing step sizes
 
 
@@ -115,6 +130,7 @@ class Setup:
     timing_repeats: int
     pipeline_batches: int  # batches of the simulated-device pipeline check (0: skip)
     seed: int
+    checkpoint: bool = False  # keep each finished unit (``kept``); a rerun reads it back
 
     def steps(self, task: str) -> int:
         return self.image_steps if task == "images" else self.text_steps
@@ -167,7 +183,8 @@ def configure(**params: Any) -> Setup:
                  p["head_blocks"], p["text_batch"], p["text_steps"], float(p["text_lr"]),
                  tuple(float(v) for v in grid), p["text_lr_select_steps"],
                  float(p["text_target"]), p["eval_every"], p["eval_examples"],
-                 p["timing_repeats"], p["pipeline_batches"], p["seed"])
+                 p["timing_repeats"], p["pipeline_batches"], p["seed"],
+                 bool(p.get("checkpoint", False)))
 
 
 # the two tasks -------------------------------------------------------------------------------
@@ -297,12 +314,60 @@ def sizes(name: str, source: dict) -> str:
             + f" parameters, {head}{kind}")
 
 
-def select_lrs(setup: Setup, task: Task) -> dict[str, Any]:
+# kept units ---------------------------------------------------------------------------------
+
+# the parameters that define no unit of a task (the task's are its own and the shared ones)
+_NOT_IN_UNITS = ("tasks", "rules", "timing_repeats", "pipeline_batches", "checkpoint")
+_OWN = {"images": ("channels", "blocks", "head_channels", "image_batch", "image_steps",
+                   "image_lr", "image_target"),
+        "text": ("hidden", "heads", "length", "head_blocks", "text_batch", "text_steps",
+                 "text_lr", "text_lr_grid", "text_lr_select_steps", "text_target")}
+
+
+def unit_sizes(setup: Setup, name: str) -> dict[str, Any]:
+    """The parameters that define task ``name``'s units: part of every kept unit's key
+    (the rule, step size and what else a unit adds are the rest)."""
+    other = {k for t, names in _OWN.items() if t != name for k in names}
+    return {k: v for k, v in dataclasses.asdict(setup).items()
+            if k not in _NOT_IN_UNITS and k not in other}
+
+
+@functools.lru_cache(maxsize=4)
+def _folder(setup: Setup, name: str) -> str:
+    t = task(setup, name)
+    data = hashlib.sha256()
+    for leaf in jax.tree.leaves((t.data, t.validation)):
+        leaf = np.ascontiguousarray(leaf)
+        data.update(f"{leaf.shape}{leaf.dtype}".encode() + leaf.tobytes())
+    key = json.dumps([name, data.hexdigest(), jax.__version__, jax.devices()[0].device_kind,
+                      checkpoints.sources(sys.modules[__name__], train, models_module,
+                                          interlocking_rule, transformer, conv, text_module,
+                                          interlocking_devices)])
+    return str(checkpoints.default_dir() / "interlocking"
+               / hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+def kept(setup: Setup, name: str) -> checkpoints.Kept:
+    """Where task ``name``'s finished units are kept (``setup.checkpoint``; otherwise a
+    ``Kept`` that keeps nothing): each rule's step-size choice (``select_lrs``), each rule's
+    training (``train_rule``) and the op times (``timings``), each under a key of its own
+    sizes (``unit_sizes``), in a folder named by what else defines them: the task's data
+    bytes, jax's version, the device kind and the source of the code that builds, trains and
+    times the networks (an edit there makes them again)."""
+    if not setup.checkpoint:
+        return checkpoints.Kept(None)
+    return checkpoints.Kept(_folder(setup, name))
+
+
+def select_lrs(setup: Setup, task: Task, kept: checkpoints.Kept | None = None
+               ) -> dict[str, Any]:
     """Each rule's Adam step size from ``setup.text_lr_grid``: every seed trained
     ``text_lr_select_steps`` steps at every step size on the training text less its last
     tenth, then scored on that tenth (``lab.train.interlocking.select_step_size``; the test
     text is never seen). Seeds of their own (not the claim runs'). Returns the grid, each
-    rule's held-out metric per step size and seed, and the chosen step sizes."""
+    rule's held-out metric per step size and seed, and the chosen step sizes. A rule's
+    choice ``kept`` earlier (``kept(setup, task.name)``) is read back."""
+    kept = kept or checkpoints.Kept(None)
     if task.validation is None:
         raise ValueError(f"the {task.name} task has no held-out split to choose step sizes on")
     keys = jax.random.split(jax.random.fold_in(jax.random.key(setup.seed), 1), setup.seeds)
@@ -310,46 +375,101 @@ def select_lrs(setup: Setup, task: Task) -> dict[str, Any]:
                            "steps": setup.text_lr_select_steps, "metric": {}, "chosen": {}}
     for rule in setup.rules:
         n, mode = train.parse_rule(rule, COMPONENTS)
-        chosen = train.select_step_size(task.init, task.sample, task.evaluate, task.metric, n,
-                                        setup.text_lr_grid, setup.text_lr_select_steps,
-                                        task.validation, keys, train.cross_entropy, mode=mode)
-        out["metric"][rule] = chosen.metric.tolist()
-        out["chosen"][rule] = chosen.best
+
+        def choose(n=n, mode=mode):
+            chosen = train.select_step_size(task.init, task.sample, task.evaluate, task.metric,
+                                            n, setup.text_lr_grid, setup.text_lr_select_steps,
+                                            task.validation, keys, train.cross_entropy,
+                                            mode=mode)
+            return {"metric": chosen.metric.tolist(), "best": chosen.best}
+
+        chosen = kept(["select", rule, list(setup.text_lr_grid), setup.text_lr_select_steps,
+                       unit_sizes(setup, task.name)], choose)
+        out["metric"][rule] = chosen["metric"]
+        out["chosen"][rule] = chosen["best"]
     return out
 
 
 # 1. accuracy -------------------------------------------------------------------------------
 
-def train_rule(setup: Setup, task: Task, rule: str, lr: float | None = None) -> dict[str, Any]:
+def train_rule(setup: Setup, task: Task, rule: str, lr: float | None = None,
+               kept: checkpoints.Kept | None = None) -> dict[str, Any]:
     """Every seed of ``rule`` on ``task`` at step size ``lr`` (default the task's;
     ``jax.vmap`` over seeds, ``eval_every`` steps per compiled call): the curves, the final
-    metric (the last evaluation) and the seconds."""
+    metric (the last evaluation) and the seconds. A run ``kept`` earlier (``kept(setup,
+    task.name)``) is read back with the seconds it took then; while it trains, its state
+    after every ``eval_every`` steps is kept too, and a run stopped part-way goes on from
+    there (the same numbers; its seconds summed over the runs that trained it)."""
+    kept = kept or checkpoints.Kept(None)
     n, mode = train.parse_rule(rule, COMPONENTS)
     lr = task.lr if lr is None else lr
-    run, _, _, _ = train.make_train(task.init, task.sample, task.evaluate, n,
-                                    optimizer(task, lr), train.cross_entropy, None,
-                                    setup.eval_every, mode)
-    keys = jax.random.split(jax.random.key(setup.seed), setup.seeds)
+    key = ["train", rule, lr, unit_sizes(setup, task.name)]
+    state = None if kept.folder is None else kept.path(key, "state-").with_suffix(".eqx")
+
+    def make():
+        run, start, chunk, measure = train.make_train(
+            task.init, task.sample, task.evaluate, n, optimizer(task, lr), train.cross_entropy,
+            None, setup.eval_every, mode)
+        keys = jax.random.split(jax.random.key(setup.seed), setup.seeds)
+        begin = time.perf_counter()
+        if state is None:
+            result = run(task.data, keys, setup.steps(task.name))
+            seconds = time.perf_counter() - begin
+            losses = np.asarray(result.train_loss).tolist()
+            curve = np.asarray(result.evaluation[task.metric]).tolist()
+            final = result.evaluation[task.metric][:, -1].tolist()
+        else:
+            losses, curve, seconds = _train_kept(task, setup, keys, start, chunk, measure,
+                                                 state, key)
+            seconds += time.perf_counter() - begin
+            final = [c[-1] for c in curve]
+        steps = np.arange(1, setup.steps(task.name) // setup.eval_every + 1) * setup.eval_every
+        return {"rule": rule, "n": n, "mode": mode, "lr": lr, "steps": steps.tolist(),
+                "train_loss": losses, "curve": curve, "final": final, "seconds": seconds}
+
+    out = kept(key, make)
+    if state is not None:
+        state.unlink(missing_ok=True)  # the finished run is kept whole
+    return out
+
+
+def _train_kept(task: Task, setup: Setup, keys: jax.Array, start, chunk, measure, path,
+                key) -> tuple[list, list, float]:
+    """``make_train``'s ``train`` loop, call for call, keeping the state after every chunk
+    at ``path`` (the arrays; the losses and evaluations so far, the seconds and ``key`` in
+    its header) and going on from a state kept there: the per-seed losses and evaluated
+    metric per chunk, and the seconds of the earlier runs."""
+    init_keys, data_keys = jax.vmap(jax.random.split, out_axes=1)(keys)
+    state = start(init_keys)
+    losses, evaluations, seconds = [], [], 0.0
+    named = json.dumps(key, sort_keys=True, default=str)
+    header = checkpoints.resume(path, state, key=named)
+    if header is not None:
+        state, info = header
+        losses, evaluations, seconds = info["losses"], info["evaluations"], info["seconds"]
     begin = time.perf_counter()
-    result = run(task.data, keys, setup.steps(task.name))
-    seconds = time.perf_counter() - begin
-    steps = np.arange(1, setup.steps(task.name) // setup.eval_every + 1) * setup.eval_every
-    return {"rule": rule, "n": n, "mode": mode, "lr": lr, "steps": steps.tolist(),
-            "train_loss": np.asarray(result.train_loss).tolist(),
-            "curve": np.asarray(result.evaluation[task.metric]).tolist(),
-            "final": result.evaluation[task.metric][:, -1].tolist(), "seconds": seconds}
+    for i in range(len(losses), setup.steps(task.name) // setup.eval_every):
+        state, mean_loss = chunk(task.data, state, jax.vmap(jax.random.fold_in, (0, None))(
+            data_keys, i))
+        losses.append(np.asarray(mean_loss).tolist())
+        evaluations.append(np.asarray(measure(task.data, state[0])[task.metric]).tolist())
+        checkpoints.save(path, state, key=named, losses=losses, evaluations=evaluations,
+                         seconds=seconds + time.perf_counter() - begin)
+    return ([list(seed) for seed in zip(*losses, strict=True)],
+            [list(seed) for seed in zip(*evaluations, strict=True)], seconds)
 
 
-def train_rules(setup: Setup, name: str, on_rule: Callable[[dict], None] | None = None
-                ) -> dict[str, Any]:
+def train_rules(setup: Setup, name: str, on_rule: Callable[[dict], None] | None = None,
+                kept: checkpoints.Kept | None = None) -> dict[str, Any]:
     """Each rule of ``setup.rules`` on task ``name``; ``on_rule`` sees each result. On text
-    with ``text_lr_grid``, each rule's step size is chosen first (``select_lrs``)."""
+    with ``text_lr_grid``, each rule's step size is chosen first (``select_lrs``). Units
+    ``kept`` earlier (``kept(setup, name)``) are read back."""
     t = task(setup, name)
-    selection = select_lrs(setup, t) if name == "text" and setup.text_lr_grid else None
+    selection = select_lrs(setup, t, kept) if name == "text" and setup.text_lr_grid else None
     runs = {}
     for rule in setup.rules:
         runs[rule] = train_rule(setup, t, rule,
-                                None if selection is None else selection["chosen"][rule])
+                                None if selection is None else selection["chosen"][rule], kept)
         if on_rule is not None:
             on_rule(runs[rule])
     return {"task": name, "metric": t.metric, "higher_is_better": t.higher_is_better,
@@ -398,16 +518,26 @@ def repeat_times(stack: Stack, x: jax.Array, y: jax.Array,
                     for r in range(repeats)]
 
 
-def timings(setup: Setup, name: str) -> dict[str, Any]:
+def timings(setup: Setup, name: str, kept: checkpoints.Kept | None = None) -> dict[str, Any]:
     """Each op of each component timed on its own at the training batch size,
     ``timing_repeats`` times, and each rule's time per batch and utilisation on four
     devices under the schedule model: fed with the median op times (``rules``) and with
     each repeat's (``repeats``: time per batch per rule, one entry per repeat; the timing
-    claims' units)."""
+    claims' units). Op times ``kept`` earlier (``kept(setup, name)``) are read back: those
+    measured then."""
+    kept = kept or checkpoints.Kept(None)
     t = task(setup, name)
-    stack = t.init(jax.random.key(setup.seed))
-    x, y = t.batch
-    times, per_repeat = repeat_times(stack, x, y, optimizer(t), setup.timing_repeats)
+
+    def measure():
+        stack = t.init(jax.random.key(setup.seed))
+        x, y = t.batch
+        median, repeats = repeat_times(stack, x, y, optimizer(t), setup.timing_repeats)
+        return {"median": dataclasses.asdict(median),
+                "repeats": [dataclasses.asdict(r) for r in repeats]}
+
+    measured = kept(["timings", setup.timing_repeats, unit_sizes(setup, name)], measure)
+    times = schedule.Times(**measured["median"])
+    per_repeat = [schedule.Times(**r) for r in measured["repeats"]]
     rules, repeats = {}, {}
     for rule in setup.rules:
         n, mode = train.parse_rule(rule, COMPONENTS)
