@@ -2,6 +2,7 @@
 models' conditioning checks, chunked cached sampling, the log-spectral distance against
 closed forms, the verdict arithmetic on hand cases, and the live panel."""
 
+import dataclasses
 import shutil
 
 import jax
@@ -20,6 +21,7 @@ from lab.models.wavenet import (
     sample_cached,
     sample_cached_chunk,
 )
+from lab.train import wavenet as train
 from tests.conftest import WAIT
 from tests.smoke import SMOKE
 
@@ -264,3 +266,64 @@ def test_the_power_weight_rule_takes_the_smallest_weight_near_the_best_match():
     assert experiment.choose_power_weight(rows([-14.51, -8.35, 0.05, -0.16])) == 1e-2
     assert experiment.choose_power_weight(rows([-14.5, -8.4, -2.0, 0.3])) == 1e-1
     assert experiment.choose_power_weight(rows([-0.4, -0.1, 0.05, 3.0])) == 1e-4
+
+
+def tiny_corpus(setup: experiment.Setup, seconds: float = 0.1) -> experiment.Corpus:
+    """Two synthetic training utterances and one held out (no espeak-ng needed)."""
+    pieces = [speech.synthetic(seconds, setup.sample_rate, seed=s) for s in range(3)]
+    audio, cond = train.corpus([(x, experiment.conditioning(x, setup)) for x in pieces[:2]],
+                               setup.receptive_field + 1)
+    held = speech.Utterance("held out", speech.VOICES[0], 50, pieces[2])
+    return experiment.Corpus(audio, cond, [held], [experiment.conditioning(pieces[2], setup)],
+                             2, 2 * seconds)
+
+
+def test_trainings_and_timed_rows_are_kept_and_read_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(tmp_path))
+    monkeypatch.setattr(experiment, "SAVE_EVERY", 0.0)  # a training in progress: every chunk
+    setup = experiment.configure(**(NOTEBOOK | {
+        "teacher_channels": 2, "teacher_layers": 2, "cycle": 2, "mixtures": 1,
+        "teacher_steps": 2, "flows": 1, "student_channels": 2, "student_layers": 1,
+        "student_steps": 2, "batch": 1, "length": 256, "student_batch": 1,
+        "student_length": 400, "chunk": 1, "eval_every": 1, "checkpoint": True,
+        "timing_lengths": [32], "timing_widths": [2]}))
+    data = tiny_corpus(setup)
+    timings = iter([{"length": 32, "width": 2, "seconds": {"naive": 0.5, "cached": 0.25}}])
+    monkeypatch.setattr(experiment, "time_samplers", lambda *args: next(timings))
+
+    def units(kept, on_chunk=None):
+        teacher = experiment.train_teacher(setup, data, kept=kept, on_chunk=on_chunk)
+        student = experiment.train_student(setup, "student", teacher["model"], data, kept=kept)
+        return teacher, student, experiment.sampling_speed(setup, kept=kept)
+
+    def stop(step, loss, held):
+        if step == setup.teacher_steps:
+            raise KeyboardInterrupt  # the deadline, in the teacher's last chunk
+
+    with pytest.raises(KeyboardInterrupt):
+        units(experiment.kept(setup, data), stop)
+    assert len(list(tmp_path.glob("wavenet/*/teacher-*.partial.eqx"))) == 1
+    first = experiment.kept(setup, data)
+    made = units(first)  # the teacher continues after its first chunk
+    assert (first.made, first.loaded) == (3, 0)
+    assert not list(first.folder.glob("*.partial.eqx"))
+
+    def never(*args, **kwargs):
+        raise AssertionError("made again")
+
+    monkeypatch.setattr(experiment, "_train", never)
+    monkeypatch.setattr(experiment, "time_samplers", never)
+    again = experiment.kept(setup, data)
+    read = units(again)
+    assert (again.made, again.loaded) == (0, 3) and again.folder == first.folder
+    for one, other in zip(made, read, strict=True):
+        assert {k: v for k, v in one.items() if k != "model"} == {
+            k: v for k, v in other.items() if k != "model"}
+    for one, other in zip(made[:2], read[:2], strict=True):
+        for a, b in zip(jax.tree.leaves(one["model"]), jax.tree.leaves(other["model"]),
+                        strict=True):
+            assert np.asarray(a).dtype == np.asarray(b).dtype
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(AssertionError, match="made again"):  # another size: trained anew
+        experiment.train_student(dataclasses.replace(setup, student_steps=1), "student",
+                                 made[0]["model"], data, kept=again)

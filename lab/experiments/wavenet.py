@@ -23,12 +23,25 @@ The studies of notebook 13, each a function of a ``Setup`` (the notebook's param
 The claims (``CLAIMS``) are declared once, as data, and decided by the shared rule
 (``lab.runs.verdict``): the speed claims on the timing repeats (``timing=True``), the
 quality claims on the held-out utterances of the evaluation set, one measure per claim.
+
+With ``checkpoint`` (on in the ``claim`` and ``rate_16k`` presets) every finished training
+(each teacher, each student, section 3a's choice of the power weight) and every timed row of
+``sampling_speed`` is kept as it finishes (``kept``: its curves as JSON, its model beside
+them), and a training in progress every ``SAVE_EVERY`` seconds (model, optimizer state and
+curves so far), so a run stopped at a deadline and resumed reads back what it finished and
+continues the rest where it stopped, to the same figures (a kept unit's seconds are those it
+took then). The quality proxies are computed again from the kept models.
 """
 
 import dataclasses
 import functools
+import hashlib
+import json
+import os
 import re
+import sys
 import time
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -38,6 +51,7 @@ import numpy as np
 import optax
 
 from lab.data import speech
+from lab.models import wavenet as model_module
 from lab.models.wavenet import (
     Student,
     WaveNet,
@@ -49,25 +63,27 @@ from lab.models.wavenet import (
 from lab.runs.claims import GREATER, LESS, PAIRED, THRESHOLD, Declaration, declarations, judge, said
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
+from lab.train import checkpoint as checkpoints
 from lab.train import wavenet as train
 
 VARIANTS = ("student", "no_power", "draws_1", "draws_32", "clarinet")
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
     # 5x the teacher's training and 6.7x the students', a wider teacher, every held-out
-    # utterance, 8 s utterances timed: about 45 minutes here
+    # utterance, 8 s utterances timed: about 81 minutes here (REMAKE)
     "claim": {"teacher_steps": 8000, "teacher_channels": 32, "student_steps": 2000,
               "eval_every": 1000, "eval_utterances": 16,
-              "timing_lengths": [1000, 4000, 16000, 64000], "timing_repeats": 7},
+              "timing_lengths": [1000, 4000, 16000, 64000], "timing_repeats": 7,
+              "checkpoint": True},
     # the same at 16 kHz (the mel frames keep their 8 ms hop and 32 ms window)
-    "rate_16k": {"sample_rate": 16000},
+    "rate_16k": {"sample_rate": 16000, "checkpoint": True},
 }
 PARAMETERS = ("preset", "sample_rate", "bands", "sentences", "held_out", "teacher_channels",
               "teacher_layers", "cycle", "mixtures", "teacher_steps", "teacher_lr", "flows",
               "student_channels", "student_layers", "student_steps", "student_lr", "batch",
               "length", "student_batch", "student_length", "chunk", "eval_every", "draws",
               "power_weight", "tune_power", "variants", "eval_utterances", "timing_lengths",
-              "timing_widths", "timing_steps", "timing_repeats", "seed")
+              "timing_widths", "timing_steps", "timing_repeats", "seed", "checkpoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +120,7 @@ class Setup:
     timing_steps: int  # naive teacher's samples timed at most (the rest scaled)
     seed: int
     timing_repeats: int = 5  # timed repeats of every sampler, after one untimed (compiling)
+    checkpoint: bool = False  # keep every finished training and timed row (``kept``)
 
     @property
     def hop(self) -> int:
@@ -170,8 +187,9 @@ def configure(**params: Any) -> Setup:
     for name in ("teacher_lr", "student_lr"):
         if p[name] <= 0:
             raise ValueError(f"{name} must be positive, got {p[name]}")
-    if p.get("tune_power", False) not in (True, False):
-        raise ValueError(f"tune_power must be True or False, got {p['tune_power']!r}")
+    for name in ("tune_power", "checkpoint"):
+        if p.get(name, False) not in (True, False):
+            raise ValueError(f"{name} must be True or False, got {p[name]!r}")
     if p["power_weight"] < 0:
         raise ValueError(f"power_weight must be at least 0, got {p['power_weight']}")
     for variant in p["variants"]:
@@ -197,7 +215,7 @@ def configure(**params: Any) -> Setup:
                  p["eval_every"], p["draws"],
                  float(p["power_weight"]), tuple(p["variants"]), p["eval_utterances"],
                  tuple(p["timing_lengths"]), tuple(p["timing_widths"]), p["timing_steps"],
-                 p["seed"], p["timing_repeats"])
+                 p["seed"], p["timing_repeats"], bool(p.get("checkpoint", False)))
 
 
 # data ---------------------------------------------------------------------------------------
@@ -308,11 +326,17 @@ def optimizer_for(lr: float, steps: int) -> optax.GradientTransformation:
                        optax.adam(optax.cosine_decay_schedule(lr, steps, alpha=0.1)))
 
 
+SAVE_EVERY = 60.0  # seconds between saves of a kept training in progress (``_train``)
+
+
 def _train(setup: Setup, model: eqx.Module, loss, steps: int, lr: float, data: Corpus,
-           frozen=None, on_chunk=None, evaluate=None, crops: tuple[int, int] | None = None
-           ) -> dict[str, Any]:
+           frozen=None, on_chunk=None, evaluate=None, crops: tuple[int, int] | None = None,
+           progress: Path | None = None) -> dict[str, Any]:
     """``crops``: ``(batch, length)`` per step, the setup's ``batch`` and ``length`` by
-    default."""
+    default. ``progress``: where the training in progress is saved after a chunk, at most
+    every ``SAVE_EVERY`` seconds (model, optimizer state, the curves so far and the seconds
+    spent), and continued from when it is there: chunk ``i`` draws with ``fold_in(key, i)``
+    whenever it runs, so a continued training ends where an uninterrupted one does."""
     optimizer = optimizer_for(lr, steps)
     batch, length = crops or (setup.batch, setup.length)
     run = train.make_train(loss, optimizer, batch, length, setup.chunk)
@@ -320,8 +344,14 @@ def _train(setup: Setup, model: eqx.Module, loss, steps: int, lr: float, data: C
     audio, cond = jnp.asarray(data.audio), jnp.asarray(data.cond)
     key = jax.random.key(setup.seed + 1)
     losses, aux, evaluations = [], [], []
-    begin = time.perf_counter()
-    for i in range(steps // setup.chunk):
+    done, spent = 0, 0.0
+    if progress is not None and progress.exists():
+        (model, state), info = checkpoints.load(progress, (model, state))
+        done, spent, evaluations = info["done"], info["seconds"], info["evaluations"]
+        losses = [np.asarray(info["loss"], info["loss_dtype"])]
+        aux = [{k: np.asarray(v, info["aux_dtypes"][k]) for k, v in info["aux"].items()}]
+    begin = saved = time.perf_counter()
+    for i in range(done, steps // setup.chunk):
         model, state, values, extra = run(model, state, audio, cond,
                                           jax.random.fold_in(key, i), frozen)
         losses.append(np.asarray(values))
@@ -332,12 +362,20 @@ def _train(setup: Setup, model: eqx.Module, loss, steps: int, lr: float, data: C
             evaluations.append(evaluate(model))
         if on_chunk is not None:
             on_chunk(step, float(values.mean()), evaluations[-1] if evaluated else None)
+        if progress is not None and step < steps and time.perf_counter() - saved >= SAVE_EVERY:
+            saved = time.perf_counter()
+            so_far = {k: np.concatenate([a[k] for a in aux]) for k in aux[0]}
+            checkpoints.save(progress, (model, state), done=i + 1, evaluations=evaluations,
+                             seconds=spent + saved - begin, loss=np.concatenate(losses).tolist(),
+                             loss_dtype=str(losses[0].dtype),
+                             aux={k: v.tolist() for k, v in so_far.items()},
+                             aux_dtypes={k: str(v.dtype) for k, v in so_far.items()})
     return {"model": model, "steps": list(range(1, steps + 1)),
             "loss": np.concatenate(losses).tolist(),
             "aux": {k: np.concatenate([a[k] for a in aux]).tolist() for k in aux[0]},
             "chunk_ends": [(i + 1) * setup.chunk for i in range(steps // setup.chunk)],
             "evaluated_at": evaluated_at(setup.eval_every, steps) if evaluate is not None else [],
-            "evaluations": evaluations, "seconds": time.perf_counter() - begin,
+            "evaluations": evaluations, "seconds": spent + time.perf_counter() - begin,
             "parameters": parameter_count(model)}
 
 
@@ -347,11 +385,12 @@ def evaluated_at(every: int, steps: int) -> list[int]:
 
 
 def train_teacher(setup: Setup, data: Corpus, output: str = "mixture",
-                  on_chunk=None) -> dict[str, Any]:
+                  on_chunk=None, kept: checkpoints.Kept | None = None) -> dict[str, Any]:
     """The teacher trained by teacher forcing on random crops (``loss`` in bits per sample);
     after every ``eval_every`` steps and the last its NLL on every held-out utterance
     (``evaluations``: the mean in bits per sample). ``on_chunk(step, loss, held_out_bits or
-    None)`` after every ``chunk`` steps."""
+    None)`` after every ``chunk`` steps. A teacher ``kept`` earlier (``kept(setup, data)``) is
+    read back, with the seconds it took then; one in progress continues."""
     key = jax.random.key(setup.seed)
     model = build_teacher(setup, key, output)  # eager: fast to compile
     audio, cond, lengths = held_out_arrays(data)
@@ -361,10 +400,92 @@ def train_teacher(setup: Setup, data: Corpus, output: str = "mixture",
         return float(np.average(np.asarray(teacher_bits(model, audio, cond, lengths)),
                                 weights=np.asarray(lengths)))
 
-    out = _train(setup, model, train.teacher_loss, setup.teacher_steps, setup.teacher_lr, data,
-                 on_chunk=on_chunk, evaluate=evaluate)
-    return out | {"output": output, "held_out_bits": out["evaluations"][-1],
-                  "receptive_field": out["model"].receptive_field}
+    def make(progress):
+        out = _train(setup, model, train.teacher_loss, setup.teacher_steps, setup.teacher_lr,
+                     data, on_chunk=on_chunk, evaluate=evaluate, progress=progress)
+        return out | {"output": output, "held_out_bits": out["evaluations"][-1],
+                      "receptive_field": out["model"].receptive_field}
+
+    return _kept_training(kept, teacher_key(setup, output), make, model, "teacher-")
+
+
+TEACHER_FIELDS = ("sample_rate", "bands", "teacher_channels", "teacher_layers", "cycle",
+                  "mixtures", "teacher_steps", "teacher_lr", "batch", "length", "chunk",
+                  "eval_every", "seed")
+STUDENT_FIELDS = ("sample_rate", "bands", "flows", "student_channels", "student_layers",
+                  "student_steps", "student_lr", "student_batch", "student_length", "chunk",
+                  "seed")
+TIMING_FIELDS = ("sample_rate", "bands", "teacher_layers", "cycle", "mixtures", "flows",
+                 "student_layers", "timing_steps", "timing_repeats", "seed")
+
+
+def _fields(setup: Setup, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(setup, name) for name in names}
+
+
+def teacher_key(setup: Setup, output: str) -> list:
+    """What defines a teacher's training besides the data and the code (``kept``'s folder)."""
+    return ["teacher", output, _fields(setup, TEACHER_FIELDS)]
+
+
+def digest(tree: Any) -> str:
+    """The sha256 of a model's arrays (dtypes, shapes and bytes): a frozen teacher's part of
+    the key of what is distilled from it."""
+    hashed = hashlib.sha256()
+    for leaf in jax.tree.leaves(eqx.filter(tree, eqx.is_array)):
+        array = np.asarray(leaf)
+        hashed.update(f"{array.dtype}{array.shape}".encode())
+        hashed.update(np.ascontiguousarray(array).tobytes())
+    return hashed.hexdigest()
+
+
+def kept(setup: Setup, data: Corpus) -> checkpoints.Kept:
+    """Where this notebook keeps its finished trainings and timed rows (``setup.checkpoint``;
+    otherwise a ``Kept`` that keeps nothing), each under a key of its own sizes, in a folder
+    named by what else defines them: the corpus's bytes, jax's, equinox's and optax's
+    versions, XLA's flags, the device's kind and the source of the code that builds, trains
+    and measures the models (an edit there makes them again)."""
+    if not setup.checkpoint:
+        return checkpoints.Kept(None)
+    hashed = hashlib.sha256()
+    for array in (data.audio, data.cond, *(u.audio for u in data.held_out),
+                  *data.held_out_cond):
+        hashed.update(np.ascontiguousarray(array).tobytes())
+    name = json.dumps([hashed.hexdigest(), jax.__version__, eqx.__version__, optax.__version__,
+                       os.environ.get("XLA_FLAGS", ""),
+                       os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS", ""),
+                       jax.devices()[0].device_kind,
+                       checkpoints.sources(model_module, train, sys.modules[__name__])])
+    return checkpoints.Kept(checkpoints.default_dir() / "wavenet"
+                            / hashlib.sha256(name.encode()).hexdigest()[:16])
+
+
+def _kept_training(kept: checkpoints.Kept | None, key: Any, make, like: eqx.Module,
+                   prefix: str) -> dict[str, Any]:
+    """``make(progress)``'s training, or the one ``kept`` under ``key``: everything but the
+    model as JSON, the model beside it (``<name>.eqx``, read into ``like``: a model of the
+    same shapes), a training in progress in ``<name>.partial.eqx`` (``_train``)."""
+    kept = kept or checkpoints.Kept(None)
+    if kept.folder is None:
+        out = make(None)
+        kept.made += 1
+        return out
+    path = kept.path(key, prefix)
+    weights, progress = path.with_suffix(".eqx"), path.with_suffix(".partial.eqx")
+    if not weights.exists():
+        path.unlink(missing_ok=True)  # curves without their model: trained again
+    made = {}
+
+    def run():
+        out = make(progress)
+        checkpoints.save(weights, out["model"])
+        made["model"] = out["model"]
+        return {k: v for k, v in out.items() if k != "model"}
+
+    rest = kept(key, run, prefix)
+    progress.unlink(missing_ok=True)
+    model = made["model"] if made else checkpoints.load(weights, like)[0]
+    return {"model": model} | rest
 
 
 def held_out_arrays(data: Corpus) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -394,19 +515,28 @@ def student_loss(setup: Setup, variant: str):
 
 
 def train_student(setup: Setup, variant: str, teacher: WaveNet, data: Corpus,
-                  on_chunk=None) -> dict[str, Any]:
+                  on_chunk=None, kept: checkpoints.Kept | None = None) -> dict[str, Any]:
     """One variant distilled from ``teacher`` (frozen). Every variant starts from the same
     initial student and sees the same crops: they differ only in their loss. ``aux`` holds
-    the per-step KL (nats per sample), entropy, cross-entropy and power loss."""
+    the per-step KL (nats per sample), entropy, cross-entropy and power loss. A student
+    ``kept`` earlier from the same teacher (its arrays' ``digest``) is read back, with the
+    seconds it took then; one in progress continues."""
     key = jax.random.key(setup.seed + 2)
     student = build_student(setup, key, "gaussian" if variant == "clarinet" else "logistic")
     check_conditioning(student, jnp.asarray(data.cond[:1]), setup.sample_rate)
-    out = _train(setup, student, student_loss(setup, variant), setup.student_steps,
-                 setup.student_lr, data, frozen=teacher, on_chunk=on_chunk,
-                 crops=(setup.student_batch, setup.student_length))
     weight = {"no_power": 0.0, "clarinet": 1.0}.get(variant, setup.power_weight)
-    return out | {"variant": variant, "draws": draws_of(variant, setup.draws),
-                  "power_weight": weight}  # ClariNet: its STFT loss's weight
+    draws = draws_of(variant, setup.draws)
+
+    def make(progress):
+        out = _train(setup, student, student_loss(setup, variant), setup.student_steps,
+                     setup.student_lr, data, frozen=teacher, on_chunk=on_chunk,
+                     crops=(setup.student_batch, setup.student_length), progress=progress)
+        return out | {"variant": variant, "draws": draws,
+                      "power_weight": weight}  # ClariNet: its STFT loss's weight
+
+    return _kept_training(kept, ["student", variant, draws, weight,
+                                 _fields(setup, STUDENT_FIELDS), digest(teacher)],
+                          make, student, f"student-{variant}-")
 
 
 POWER_WEIGHTS = (1e-4, 1e-3, 1e-2, 1e-1)  # the grid power_weight was chosen from (issue 42)
@@ -414,16 +544,30 @@ TUNING_UTTERANCES = 4
 
 
 def tune_power_weight(setup: Setup, data: Corpus, teacher: WaveNet,
-                      weights: tuple[float, ...] = POWER_WEIGHTS) -> dict[str, Any]:
+                      weights: tuple[float, ...] = POWER_WEIGHTS,
+                      kept: checkpoints.Kept | None = None) -> dict[str, Any]:
     """How ``power_weight`` was chosen (declared before the run in notebook 13): the
     ``student`` variant distilled at each weight (the setup's steps and crops), then each
     student and the teacher sample the first ``TUNING_UTTERANCES`` *training* utterances (the
     verdicts use held-out ones). Chosen: the smallest weight whose student's mean power is
     within 0.5 dB of the closest to the teacher samples' (``|10 log10(student / teacher)|``).
-    Returns each weight's dB gap, KL, power loss and the choice."""
+    Returns each weight's dB gap, KL, power loss and the choice. With ``kept``, each student
+    and the finished choice are kept (and read back)."""
+    kept = kept or checkpoints.Kept(None)
+
+    def make():
+        return _tune_power_weight(setup, data, teacher, weights, kept)
+
+    return kept(["tune_power", [float(w) for w in weights], TUNING_UTTERANCES,
+                 _fields(setup, STUDENT_FIELDS), setup.draws, digest(teacher)], make,
+                "tune_power-")
+
+
+def _tune_power_weight(setup: Setup, data: Corpus, teacher: WaveNet,
+                       weights: tuple[float, ...], kept: checkpoints.Kept) -> dict[str, Any]:
     items = speech.utterances(setup.sample_rate, setup.sentences)
-    kept, _ = speech.split(items, setup.held_out)
-    chosen_items = kept[:TUNING_UTTERANCES]
+    training, _ = speech.split(items, setup.held_out)
+    chosen_items = training[:TUNING_UTTERANCES]
     audio, cond, lengths = padded([u.audio for u in chosen_items],
                                   [conditioning(u.audio, setup) for u in chosen_items])
     cond = jnp.asarray(cond)
@@ -437,7 +581,7 @@ def tune_power_weight(setup: Setup, data: Corpus, teacher: WaveNet,
     rows = []
     for weight in weights:
         run = train_student(dataclasses.replace(setup, power_weight=float(weight)),
-                            "student", teacher, data)
+                            "student", teacher, data, kept=kept)
         x, _, _ = _student_samples(run["model"], jax.random.fold_in(key, 1), cond)
         gap = float(10 * np.log10(power(quantise(x)) / teacher_power))
         tail = slice(-setup.chunk, None)
@@ -627,11 +771,16 @@ def time_samplers(setup: Setup, length: int, width: int, repeats: int | None = N
             "student_parameters": parameter_count(student)}
 
 
-def sampling_speed(setup: Setup, on_row=None) -> dict[str, Any]:
+def sampling_speed(setup: Setup, on_row=None, kept: checkpoints.Kept | None = None
+                   ) -> dict[str, Any]:
     """``by_length`` (the teacher's width) and ``by_width`` (the longest length) rows of
-    ``time_samplers``; ``on_row(row)`` sees each."""
+    ``time_samplers``; ``on_row(row)`` sees each. A row ``kept`` earlier is read back (its
+    seconds as measured then)."""
+    kept = kept or checkpoints.Kept(None)
+
     def timed(length, width):
-        row = time_samplers(setup, length, width)
+        row = kept(["timing", length, width, _fields(setup, TIMING_FIELDS)],
+                   lambda: time_samplers(setup, length, width), "timing-")
         if on_row is not None:
             on_row(row)
         return row
