@@ -1,5 +1,7 @@
 """The policy-improvement experiment: variants from the parameters, verdicts from histories."""
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 
@@ -196,3 +198,78 @@ def test_kl_doublings_is_the_farther_bound_in_factors_of_two():
     assert pi.kl_doublings({"mean": 1.0, "stddev": 1.0}) == 0.0
     assert pi.kl_doublings({"mean": 0.5, "stddev": 1.5}) == pytest.approx(1.0)
     assert pi.kl_doublings({"mean": 4.0, "stddev": 1.0}) == pytest.approx(2.0)
+
+
+def test_train_keeps_each_variant_and_continues_an_unfinished_one(tmp_path, monkeypatch):
+    """With ``checkpoint``: a stopped run continues from its last evaluation to the numbers of
+    an uninterrupted one (``rl_loop.run_seeds``), a finished one is read back whole, and
+    other sizes train anew. A jit-cheap fake agent stands in for MPO's networks."""
+    import jax
+    import jax.numpy as jnp
+
+    from lab.train import mpo
+
+    class Run(NamedTuple):
+        agent: dict
+        key: jax.Array
+
+    def init_agent(config, task, key):
+        return {"w": jax.random.normal(key, (2,))}
+
+    def make_run(config, task):
+        def init(key):
+            k_agent, k_run = jax.random.split(key)
+            return Run(init_agent(config, task, k_agent), k_run)
+
+        def interval(run, first_step):
+            key, k = jax.random.split(run.key)
+            w = run.agent["w"] + jax.random.normal(k, (2,)) + first_step
+            return Run({"w": w}, key), {"kl_mean": w[None], "kl_stddev": jnp.full((1,), jnp.nan)}
+
+        def evaluate(run):
+            key, k = jax.random.split(run.key)
+            return Run(run.agent, key), jnp.sum(run.agent["w"]) + jax.random.normal(k)
+        return init, interval, evaluate
+
+    monkeypatch.setattr(mpo, "make_run", make_run)
+    monkeypatch.setattr(mpo, "init_agent", init_agent)
+    monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(tmp_path))
+    params = PARAMS | dict(agent="mpo", compare=False, seeds=2, total_steps=2000,
+                           eval_every=500, checkpoint=True)
+    setup = pi.configure(**params)
+    variant = setup.variant("mpo")
+    plain = pi.train(setup, variant).history  # nothing kept: mpo.train, as without checkpoint
+
+    def same(a, b, timing=True):
+        for field in ("env_steps", "returns") + (("seconds",) if timing else ()):
+            x, y = getattr(a, field), getattr(b, field)
+            assert x.dtype == y.dtype
+            np.testing.assert_array_equal(x, y)
+        assert a.metrics.keys() == b.metrics.keys()
+        for k in a.metrics:
+            assert a.metrics[k].dtype == b.metrics[k].dtype
+            np.testing.assert_array_equal(a.metrics[k], b.metrics[k])
+
+    units = pi.kept(setup)
+    stopped = pi.train(setup, variant, callback=lambda h: len(h.env_steps) < 3, kept=units)
+    assert len(stopped.history.env_steps) == 3 and (units.made, units.loaded) == (0, 0)
+    seen, units = [], pi.kept(setup)
+    made = pi.train(setup, variant, callback=seen.append, kept=units)  # from 1,000 steps on
+    assert [int(h.env_steps[-1]) for h in seen] == [1500, 2000]
+    assert (units.made, units.loaded) == (1, 0)
+    same(made.history, plain, timing=False)
+
+    def never(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(mpo, "make_run", never)
+    units = pi.kept(setup)
+    again = pi.train(setup, variant, kept=units)
+    assert (units.made, units.loaded) == (0, 1)
+    same(again.history, made.history)
+    assert again.history.compile_seconds == made.history.compile_seconds
+    np.testing.assert_array_equal(again.run.agent["w"], made.run.agent["w"])
+    assert not list(tmp_path.rglob("*.state"))  # a finished variant keeps no run state
+    other = pi.configure(**params | dict(total_steps=2500))
+    with pytest.raises(AssertionError, match="trained again"):
+        pi.train(other, other.variant("mpo"), kept=pi.kept(other))

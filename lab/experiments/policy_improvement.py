@@ -37,10 +37,21 @@ With ``devices`` above 1 the seeds are split over that many devices (``seeds`` a
 puts its seeds on ``gcd(devices, seeds)`` devices and splits each seed's environments over
 the rest (``lab.train.vmpo.mesh_shape``), so with one seed all devices share its
 environments. ``dmc:*`` environments run on the host, on one device.
+
+With ``checkpoint`` (on in ``claim``) each variant's training is kept as it goes
+(:func:`kept`, :func:`train`): its run state and history after every evaluation, and once
+finished its history (``lab.train.checkpoint.Kept``) and final agents. A run stopped at a
+deadline and resumed reads finished variants back (their seconds as measured then) and
+continues an unfinished one from its last evaluation, to the same numbers. ``dmc:*`` runs
+are not kept.
 """
 
+import hashlib
 import inspect
-from dataclasses import dataclass, replace
+import json
+from dataclasses import asdict, dataclass, replace
+from importlib import metadata
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -48,12 +59,18 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.sharding import Mesh
 
 from lab import parallel
+from lab.envs import control, rollout
 from lab.envs.control import ControlTask
+from lab.models import policy as policy_models
 from lab.models.policy import sample_actions
 from lab.rl import mpo as mpo_losses
+from lab.rl import returns as rl_returns
+from lab.rl import search as rl_search
+from lab.rl import vmpo as vmpo_losses
 from lab.runs.claims import (
     GREATER,
     LESS,
@@ -68,7 +85,8 @@ from lab.runs.claims import (
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.runs.records import spread_curve
-from lab.train import mpo, vmpo
+from lab.train import checkpoint as checkpoints
+from lab.train import mpo, nstep_replay, rl_loop, vmpo
 from lab.train.rl_loop import History
 
 DMC_PREFIX = "dmc:"
@@ -85,7 +103,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
     "claim": dict(env="Pendulum-v1", agent="search", depth=1, branching=4, model="true",
                   search_in="learning", updates_per_step=1, more_updates=4, compare=True,
-                  seeds=5, total_steps=20_000, eval_every=250, vmpo_steps=1_024_000),
+                  seeds=5, total_steps=20_000, eval_every=250, vmpo_steps=1_024_000,
+                  checkpoint=True),
     "dmc_cartpole": dict(env="dmc:cartpole_swingup", agent="mpo", depth=0, model="none",
                          compare=False, seeds=1, total_steps=100_000, eval_every=5000,
                          widths=256, batch_size=256),
@@ -112,6 +131,8 @@ class Setup:
     """The name of the chosen agent's variant (shown in detail)."""
     devices: int = 1
     """Devices the seeds (and V-MPO's environments) are split over."""
+    checkpoint: bool = False
+    """Keep each variant's training as it goes; a rerun (a resume) reads it back."""
 
     @property
     def is_dmc(self) -> bool:
@@ -137,7 +158,7 @@ def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, 
               search_in: str, updates_per_step: int, more_updates: int, compare: bool,
               seeds: int, total_steps: int, eval_every: int, vmpo_steps: int, widths: int,
               batch_size: int, learning_rate: float, n_step: int, discount: float,
-              devices: int = 1) -> Setup:
+              devices: int = 1, checkpoint: bool = False) -> Setup:
     """The notebook's parameters as a :class:`Setup`; raises ValueError naming a bad one.
     The runner calls this before it starts a kernel (the notebook's metadata names it)."""
     p = with_preset(dict(preset=preset, env=env, agent=agent, depth=depth,
@@ -146,8 +167,8 @@ def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, 
                          compare=compare, seeds=seeds, devices=devices,
                          total_steps=total_steps, eval_every=eval_every,
                          vmpo_steps=vmpo_steps, widths=widths, batch_size=batch_size,
-                         learning_rate=learning_rate, n_step=n_step, discount=discount),
-                    PRESETS)
+                         learning_rate=learning_rate, n_step=n_step, discount=discount,
+                         checkpoint=checkpoint), PRESETS)
     if not p["env"].startswith(DMC_PREFIX):
         ControlTask(p["env"])  # refuses unknown ids and discrete action spaces
     if p["env"] not in THRESHOLDS:
@@ -216,7 +237,7 @@ def configure(*, preset: str, env: str, agent: str, depth: int, branching: int, 
     else:
         chosen = [focus]
     return Setup(p["env"], p["agent"], p["seeds"], tuple(named[n] for n in chosen), focus,
-                 p["devices"])
+                 p["devices"], bool(p["checkpoint"]))
 
 
 def _vmpo_eval_every(total_steps: int) -> int:
@@ -247,9 +268,17 @@ class Result:
     history: History
 
 
-def train(setup: Setup, variant: Variant, callback=None) -> Result:
-    """Train all seeds of one variant together (vmapped), on ``setup.mesh(variant)``."""
+def train(setup: Setup, variant: Variant, callback=None,
+          kept: checkpoints.Kept | None = None) -> Result:
+    """Train all seeds of one variant together (vmapped), on ``setup.mesh(variant)``. With
+    ``kept`` (:func:`kept`, ``setup.checkpoint``) a variant finished earlier is read back (its
+    history, seconds as measured then, and final agents: ``result.run`` holds only
+    ``agent``), and an unfinished one continues from its last kept evaluation; ``callback``
+    sees the evaluations made in this call. A run that ``callback`` stops is not kept as
+    finished. ``dmc:*`` runs are not kept."""
     keys = jax.random.split(jax.random.key(0), setup.seeds)
+    if kept is not None and kept.folder is not None and not setup.is_dmc:
+        return _kept_train(setup, variant, keys, callback, kept)
     if setup.is_dmc:  # stepped on the host, one seed after another
         from lab.envs.dmc_states import make_dmc_states
         from lab.train import mpo_host
@@ -268,6 +297,87 @@ def train(setup: Setup, variant: Variant, callback=None) -> Result:
         run, history = mpo.train(variant.config, setup.make_task(), keys, callback=callback,
                                  mesh=setup.mesh(variant))
     return Result(variant, run, history)
+
+
+def kept(setup: Setup) -> checkpoints.Kept:
+    """Where :func:`train` keeps each variant's training (``setup.checkpoint``; otherwise a
+    ``Kept`` that keeps nothing), in a folder named by what else defines the runs: the
+    versions of jax, equinox, optax and gymnax, the devices' kind and the source of the
+    training code (an edit there trains again). Each variant's key holds its name, config,
+    environment, seeds and devices."""
+    if not setup.checkpoint:
+        return checkpoints.Kept(None)
+    try:
+        gymnax = metadata.version("gymnax")
+    except metadata.PackageNotFoundError:
+        gymnax = None
+    key = json.dumps([jax.__version__, eqx.__version__, optax.__version__, gymnax,
+                      jax.devices()[0].device_kind,
+                      checkpoints.sources(mpo, vmpo, rl_loop, nstep_replay, mpo_losses,
+                                          vmpo_losses, rl_search, rl_returns, policy_models,
+                                          control, rollout, parallel)])
+    return checkpoints.Kept(checkpoints.default_dir() / "policy_improvement"
+                            / hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+class _Stopped(Exception):
+    """A kept run that its callback stopped: not kept as finished."""
+
+
+def _kept_train(setup: Setup, variant: Variant, keys: jax.Array, callback,
+                kept: checkpoints.Kept) -> Result:
+    key = ["train", variant.name, variant.kind, asdict(variant.config), setup.env,
+           setup.seeds, setup.devices]
+    prefix = f"{variant.name}-"
+    path = kept.path(key, prefix)
+    state, agents = path.with_suffix(".state"), path.with_suffix(".agents")
+    made = []
+
+    def make():
+        run, history = _resumable(setup, variant, keys, callback, state)
+        made.append(Result(variant, run, history))
+        if len(history.env_steps) < variant.config.num_intervals + 1:
+            raise _Stopped
+        checkpoints.save(agents, run.agent)
+        return {"history": _history_json(history)}
+
+    try:
+        value = kept(key, make, prefix)
+    except _Stopped:
+        return made[0]
+    state.unlink(missing_ok=True)  # finished: its history and agents are kept
+    if made:
+        return made[0]
+    module = vmpo if variant.kind == "vmpo" else mpo
+    task = setup.make_task()
+    like = eqx.filter_eval_shape(
+        eqx.filter_vmap(lambda k: module.init_agent(variant.config, task, k)), keys)
+    agent, _ = checkpoints.load(agents, like)
+    return Result(variant, SimpleNamespace(agent=agent), _history_from(value["history"]))
+
+
+def _resumable(setup: Setup, variant: Variant, keys: jax.Array, callback, path: Path
+               ) -> tuple[Any, History]:
+    """``mpo.train`` or ``vmpo.train`` with its run state and history saved to ``path``
+    after every evaluation and continued from there (``rl_loop.run_seeds``'s
+    ``progress``)."""
+    if path.exists():
+        print(f"{variant.name}: continues from its last evaluation (kept in {path.parent})")
+    module = vmpo if variant.kind == "vmpo" else mpo
+    return module.train(variant.config, setup.make_task(), keys, callback=callback,
+                        mesh=setup.mesh(variant), progress=path)
+
+
+def _history_json(h: History) -> dict[str, Any]:
+    return {"env_steps": rl_loop.array_json(h.env_steps), "returns": rl_loop.array_json(h.returns),
+            "seconds": rl_loop.array_json(h.seconds), "compile_seconds": h.compile_seconds,
+            "metrics": {k: rl_loop.array_json(v) for k, v in h.metrics.items()}}
+
+
+def _history_from(kept: dict[str, Any]) -> History:
+    return History(rl_loop.array_from(kept["env_steps"]), rl_loop.array_from(kept["returns"]),
+                   rl_loop.array_from(kept["seconds"]), kept["compile_seconds"],
+                   {k: rl_loop.array_from(v) for k, v in kept["metrics"].items()})
 
 
 def steps_to_threshold(env_steps: np.ndarray, returns: np.ndarray, threshold: float

@@ -25,6 +25,7 @@ multiple of ``devices``): each device steps its own seeds' environments, replay 
 """
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import equinox as eqx
@@ -424,9 +425,10 @@ def episode_return(config: MPOConfig, task: ControlTask, agent: Agent, key: jax.
 
 
 def train(config: MPOConfig, task: ControlTask, keys: jax.Array, *, callback=None,
-          mesh: Mesh | None = None) -> tuple[Run, History]:
+          mesh: Mesh | None = None, progress: Path | None = None) -> tuple[Run, History]:
     """Train one seed per key together (vmapped), the seeds split over ``mesh``'s ``"data"``
     axis when one is given; see ``lab.train.rl_loop.run_seeds``."""
     init, interval, evaluate = make_run(config, task)
     return run_seeds(init, interval, evaluate, keys, num_intervals=config.num_intervals,
-                     steps_per_interval=config.eval_every, callback=callback, mesh=mesh)
+                     steps_per_interval=config.eval_every, callback=callback, mesh=mesh,
+                     progress=progress)

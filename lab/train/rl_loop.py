@@ -20,6 +20,7 @@ environments over ``"model"``). Without a mesh nothing changes.
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -29,6 +30,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from lab import parallel
+from lab.train import checkpoint
 
 
 class History(NamedTuple):
@@ -52,8 +54,8 @@ def run_seeds(init: Callable[[jax.Array], Any], interval: Callable, evaluate: Ca
               keys: jax.Array, *, num_intervals: int, steps_per_interval: int,
               callback: Callable[[History], bool | None] | None = None,
               mesh: Mesh | None = None,
-              constrain: Callable[[Any, Mesh | None], Any] = parallel.constrain_batch
-              ) -> tuple[Any, History]:
+              constrain: Callable[[Any, Mesh | None], Any] = parallel.constrain_batch,
+              progress: Path | None = None) -> tuple[Any, History]:
     """Train ``len(keys)`` seeds together for ``num_intervals`` intervals.
 
     Returns the final (batched) run state and the ``History``. When ``callback`` returns
@@ -61,6 +63,11 @@ def run_seeds(init: Callable[[jax.Array], Any], interval: Callable, evaluate: Ca
     ``mesh`` the seeds must divide over its ``"data"`` axis; ``constrain(run, mesh)`` lays out
     the batched run state inside jit (default: every leaf's seed axis over ``"data"``,
     ``parallel.constrain_batch``); the metrics and returns are split over ``"data"``.
+
+    With ``progress`` (a file) the run state and the history so far are saved there after
+    every evaluation and, when the file is there, the run continues from it: the same
+    compiled programs from the same state, so the same numbers as an uninterrupted run (its
+    compile seconds those of the first call; the file is left for the caller to remove).
     """
     vmapped_init = eqx.filter_vmap(init)
     vmapped_interval = eqx.filter_vmap(interval, in_axes=(0, None))
@@ -83,11 +90,20 @@ def run_seeds(init: Callable[[jax.Array], Any], interval: Callable, evaluate: Ca
     evaluate_c = evaluate_v.lower(run).compile()
     compile_seconds = time.perf_counter() - start
 
-    run, first = evaluate_c(run)
-    returns, seconds, metrics = [np.asarray(first)], [0.0], []
-    elapsed = 0.0
+    saved = None if progress is None else checkpoint.resume(progress, run)
+    if saved is None:
+        run, first = evaluate_c(run)
+        returns, seconds, metrics = [np.asarray(first)], [0.0], []
+    else:  # placed as a fresh run is, so that the compiled programs take it
+        run = jax.tree.map(lambda x, ref: jax.device_put(x, ref.sharding)
+                           if eqx.is_array(ref) else x, saved[0], run)
+        info = saved[1]
+        returns = [array_from(a) for a in info["returns"]]
+        seconds, compile_seconds = info["seconds"], info["compile_seconds"]
+        metrics = [{k: array_from(a) for k, a in m.items()} for m in info["metrics"]]
+    elapsed = seconds[-1]
     history = _history(steps_per_interval, returns, seconds, compile_seconds, metrics)
-    for i in range(num_intervals):
+    for i in range(len(returns) - 1, num_intervals):
         tick = time.perf_counter()
         run, step_metrics = interval_c(run, jnp.asarray(i * steps_per_interval, jnp.int32))
         jax.block_until_ready(run)
@@ -97,9 +113,25 @@ def run_seeds(init: Callable[[jax.Array], Any], interval: Callable, evaluate: Ca
         seconds.append(elapsed)
         metrics.append(jax.tree.map(np.asarray, step_metrics))
         history = _history(steps_per_interval, returns, seconds, compile_seconds, metrics)
+        if progress is not None:
+            checkpoint.save(progress, run, returns=[array_json(a) for a in returns],
+                            seconds=seconds, compile_seconds=compile_seconds,
+                            metrics=[{k: array_json(a) for k, a in m.items()}
+                                     for m in metrics])
         if callback is not None and callback(history) is False:
             break
     return run, history
+
+
+def array_json(a: np.ndarray) -> dict[str, Any]:
+    """An array as JSON: its dtype, shape and values (float32 -> float -> float32 is exact;
+    NaN and infinities are kept)."""
+    return {"dtype": a.dtype.str, "shape": list(a.shape), "values": a.ravel().tolist()}
+
+
+def array_from(kept: dict[str, Any]) -> np.ndarray:
+    """The array ``array_json`` wrote."""
+    return np.asarray(kept["values"], kept["dtype"]).reshape(kept["shape"])
 
 
 def _history(steps_per_interval, returns, seconds, compile_seconds, metrics) -> History:

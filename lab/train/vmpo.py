@@ -36,6 +36,7 @@ environment devices by XLA.
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -352,11 +353,11 @@ def episode_return(task: ControlTask, agent: Agent, key: jax.Array) -> jax.Array
 
 
 def train(config: VMPOConfig, task: ControlTask, keys: jax.Array, *, callback=None,
-          mesh: Mesh | None = None) -> tuple[Run, History]:
+          mesh: Mesh | None = None, progress: Path | None = None) -> tuple[Run, History]:
     """Train one seed per key together (vmapped), laid out on ``mesh`` by ``constrain`` when
     one is given (``lab.parallel.mesh(devices, model=mesh_shape(devices, seeds)[1])``); see
     ``lab.train.rl_loop.run_seeds``."""
     init, interval, evaluate = make_run(config, task)
     return run_seeds(init, interval, evaluate, keys, num_intervals=config.num_intervals,
                      steps_per_interval=config.eval_every, callback=callback, mesh=mesh,
-                     constrain=constrain)
+                     constrain=constrain, progress=progress)
