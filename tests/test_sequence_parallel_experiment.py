@@ -235,7 +235,7 @@ def test_longest_one_device_blockwise_fits_longer_than_full_attention_and_resume
         experiment.longest_one_device(other, block=32, kept=experiment.kept(other))
 
 
-def test_kept_makes_once_per_key_and_keeps_nothing_without_a_folder(tmp_path):
+def test_kept_makes_once_per_key_and_keeps_nothing_without_a_folder(tmp_path, monkeypatch):
     calls = []
 
     def make():
@@ -252,6 +252,14 @@ def test_kept_makes_once_per_key_and_keeps_nothing_without_a_folder(tmp_path):
     assert nothing(["a", 1], make) == {"bytes": 4} and nothing.made == 1
     assert sorted(p.name for p in (tmp_path / "k").iterdir()) == sorted(
         kept.path(k).name for k in (["a", 1], ["a", 2]))  # no part file left behind
+
+    # a folder per computation: named by its parts (and versions, devices); data by digest
+    monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(tmp_path))
+    one = checkpoint.folder("x", checkpoint.digest(np.zeros(2, np.float32)))
+    assert one.parent == tmp_path / "x" and one == checkpoint.folder(
+        "x", checkpoint.digest(np.zeros(2, np.float32)))
+    assert len({checkpoint.digest(np.zeros(2, np.float32)), checkpoint.digest(np.zeros(2)),
+                checkpoint.digest(np.zeros((1, 2), np.float32))}) == 3  # dtype and shape count
 
 
 def test_verdict_chance_band_counts_one_answer_per_record():

@@ -25,8 +25,6 @@ random searcher whose unit is one search (a seed on one stack depth).
 """
 
 import dataclasses
-import hashlib
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -218,13 +216,11 @@ def _store(model, tokens, m) -> Path:
     everything that defines its programs: the model's and batch's shapes, the mesh and its
     devices' kind, jax's version, and the source of the train step, the pricing and the model
     (an edit there prices again)."""
-    key = json.dumps([str(jax.tree.structure(model)),
-                      [(x.shape, str(x.dtype)) for x in jax.tree.leaves(model)],
-                      tokens.shape, dict(m.shape), m.devices.flat[0].device_kind, jax.__version__,
-                      checkpoints.sources(train, automap, cost_module, transformer_module)],
-                     default=str)
-    return (checkpoints.default_dir() / "automap"
-            / hashlib.sha256(key.encode()).hexdigest()[:16])
+    return checkpoints.folder(
+        "automap", str(jax.tree.structure(model)),
+        [(x.shape, str(x.dtype)) for x in jax.tree.leaves(model)], tokens.shape, dict(m.shape),
+        m.devices.flat[0].device_kind,
+        checkpoints.sources(train, automap, cost_module, transformer_module))
 
 
 def _row(p: Problem, objective, choice) -> dict[str, Any]:

@@ -39,7 +39,6 @@ measured when it was made (summed over the runs that trained it).
 
 import dataclasses
 import functools
-import hashlib
 import json
 import sys
 import time
@@ -335,16 +334,10 @@ def unit_sizes(setup: Setup, name: str) -> dict[str, Any]:
 @functools.lru_cache(maxsize=4)
 def _folder(setup: Setup, name: str) -> str:
     t = task(setup, name)
-    data = hashlib.sha256()
-    for leaf in jax.tree.leaves((t.data, t.validation)):
-        leaf = np.ascontiguousarray(leaf)
-        data.update(f"{leaf.shape}{leaf.dtype}".encode() + leaf.tobytes())
-    key = json.dumps([name, data.hexdigest(), jax.__version__, jax.devices()[0].device_kind,
-                      checkpoints.sources(sys.modules[__name__], train, models_module,
-                                          interlocking_rule, transformer, conv, text_module,
-                                          interlocking_devices)])
-    return str(checkpoints.default_dir() / "interlocking"
-               / hashlib.sha256(key.encode()).hexdigest()[:16])
+    return str(checkpoints.folder(
+        "interlocking", name, checkpoints.digest(t.data, t.validation),
+        checkpoints.sources(sys.modules[__name__], train, models_module, interlocking_rule,
+                            transformer, conv, text_module, interlocking_devices)))
 
 
 def kept(setup: Setup, name: str) -> checkpoints.Kept:

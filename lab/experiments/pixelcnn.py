@@ -33,9 +33,6 @@ are measured again.
 
 import dataclasses
 import functools
-import hashlib
-import json
-import os
 import sys
 import time
 from typing import Any
@@ -308,10 +305,7 @@ class KeptRuns(checkpoints.Kept):
 
 @functools.lru_cache(maxsize=2)
 def _data_digest(dataset: str, levels: int) -> str:
-    digest = hashlib.sha256()
-    for split in ("train", "test"):
-        digest.update(np.ascontiguousarray(images(dataset, split, levels)).tobytes())
-    return digest.hexdigest()
+    return checkpoints.digest(*(images(dataset, split, levels) for split in ("train", "test")))
 
 
 def kept(setup: Setup) -> KeptRuns:
@@ -322,12 +316,9 @@ def kept(setup: Setup) -> KeptRuns:
     again)."""
     if not setup.checkpoint:
         return KeptRuns(None)
-    key = json.dumps([_data_digest(setup.dataset, setup.levels), jax.__version__,
-                      eqx.__version__, optax.__version__, os.environ.get("XLA_FLAGS", ""),
-                      jax.devices()[0].device_kind, SIZE, EVAL_CHUNK,
-                      checkpoints.sources(models_module, train, sys.modules[__name__])])
-    return KeptRuns(checkpoints.default_dir() / "pixelcnn"
-                    / hashlib.sha256(key.encode()).hexdigest()[:16])
+    return KeptRuns(checkpoints.folder(
+        "pixelcnn", _data_digest(setup.dataset, setup.levels), SIZE, EVAL_CHUNK,
+        checkpoints.sources(models_module, train, sys.modules[__name__])))
 
 
 def train_models(setup: Setup, on_eval=None, kept: checkpoints.Kept | None = None

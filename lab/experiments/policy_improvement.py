@@ -46,9 +46,7 @@ continues an unfinished one from its last evaluation, to the same numbers. ``dmc
 are not kept.
 """
 
-import hashlib
 import inspect
-import json
 from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
@@ -59,7 +57,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.sharding import Mesh
 
 from lab import parallel
@@ -311,13 +308,10 @@ def kept(setup: Setup) -> checkpoints.Kept:
         gymnax = metadata.version("gymnax")
     except metadata.PackageNotFoundError:
         gymnax = None
-    key = json.dumps([jax.__version__, eqx.__version__, optax.__version__, gymnax,
-                      jax.devices()[0].device_kind,
-                      checkpoints.sources(mpo, vmpo, rl_loop, nstep_replay, mpo_losses,
-                                          vmpo_losses, rl_search, rl_returns, policy_models,
-                                          control, rollout, parallel)])
-    return checkpoints.Kept(checkpoints.default_dir() / "policy_improvement"
-                            / hashlib.sha256(key.encode()).hexdigest()[:16])
+    return checkpoints.Kept(checkpoints.folder(
+        "policy_improvement", gymnax,
+        checkpoints.sources(mpo, vmpo, rl_loop, nstep_replay, mpo_losses, vmpo_losses,
+                            rl_search, rl_returns, policy_models, control, rollout, parallel)))
 
 
 class _Stopped(Exception):

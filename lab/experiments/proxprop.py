@@ -18,8 +18,6 @@ the ``paper_*`` ones) each method's finished grid of runs is kept with the secon
 methods it had not finished.
 """
 
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -225,14 +223,9 @@ def kept(setup: Setup, data) -> checkpoints.Kept:
     trains again)."""
     if not setup.checkpoint:
         return checkpoints.Kept(None)
-    digest = hashlib.sha256()
-    for array in data:
-        digest.update(np.ascontiguousarray(array).tobytes())
-    key = json.dumps([digest.hexdigest(), jax.__version__, jax.devices()[0].device_kind,
-                      checkpoints.sources(train_module, convnet, mlp, optim_module, supervised,
-                                          parallel)])
-    return checkpoints.Kept(checkpoints.default_dir() / "proxprop"
-                            / hashlib.sha256(key.encode()).hexdigest()[:16])
+    return checkpoints.Kept(checkpoints.folder(
+        "proxprop", checkpoints.digest(*data),
+        checkpoints.sources(train_module, convnet, mlp, optim_module, supervised, parallel)))
 
 
 def side_by_side(setup: Setup, data, seed: int = 0,

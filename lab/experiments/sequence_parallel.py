@@ -35,8 +35,6 @@ per seed.
 """
 
 import dataclasses
-import hashlib
-import json
 import os
 import sys
 import time
@@ -300,12 +298,10 @@ def kept(setup: Setup) -> checkpoints.Kept:
     and measures the programs (an edit there makes them again)."""
     if not setup.checkpoint:
         return checkpoints.Kept(None)
-    key = json.dumps([jax.__version__, os.environ.get("XLA_FLAGS", ""),
-                      jax.devices("cpu")[0].device_kind, jax.devices()[0].device_kind,
-                      checkpoints.sources(sp, transformer_module, retrieval_module, ring,
-                                          megatron, compiled, cost, sys.modules[__name__])])
-    return checkpoints.Kept(checkpoints.default_dir() / "sequence_parallel"
-                            / hashlib.sha256(key.encode()).hexdigest()[:16])
+    return checkpoints.Kept(checkpoints.folder(
+        "sequence_parallel", jax.devices("cpu")[0].device_kind,
+        checkpoints.sources(sp, transformer_module, retrieval_module, ring, megatron, compiled,
+                            cost, sys.modules[__name__])))
 
 
 # compiled programs, never run --------------------------------------------------------------

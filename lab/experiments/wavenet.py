@@ -35,8 +35,6 @@ took then). The quality proxies are computed again from the kept models.
 
 import dataclasses
 import functools
-import hashlib
-import json
 import os
 import re
 import sys
@@ -431,12 +429,7 @@ def teacher_key(setup: Setup, output: str) -> list:
 def digest(tree: Any) -> str:
     """The sha256 of a model's arrays (dtypes, shapes and bytes): a frozen teacher's part of
     the key of what is distilled from it."""
-    hashed = hashlib.sha256()
-    for leaf in jax.tree.leaves(eqx.filter(tree, eqx.is_array)):
-        array = np.asarray(leaf)
-        hashed.update(f"{array.dtype}{array.shape}".encode())
-        hashed.update(np.ascontiguousarray(array).tobytes())
-    return hashed.hexdigest()
+    return checkpoints.digest(eqx.filter(tree, eqx.is_array))
 
 
 def kept(setup: Setup, data: Corpus) -> checkpoints.Kept:
@@ -447,17 +440,11 @@ def kept(setup: Setup, data: Corpus) -> checkpoints.Kept:
     and measures the models (an edit there makes them again)."""
     if not setup.checkpoint:
         return checkpoints.Kept(None)
-    hashed = hashlib.sha256()
-    for array in (data.audio, data.cond, *(u.audio for u in data.held_out),
-                  *data.held_out_cond):
-        hashed.update(np.ascontiguousarray(array).tobytes())
-    name = json.dumps([hashed.hexdigest(), jax.__version__, eqx.__version__, optax.__version__,
-                       os.environ.get("XLA_FLAGS", ""),
-                       os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS", ""),
-                       jax.devices()[0].device_kind,
-                       checkpoints.sources(model_module, train, sys.modules[__name__])])
-    return checkpoints.Kept(checkpoints.default_dir() / "wavenet"
-                            / hashlib.sha256(name.encode()).hexdigest()[:16])
+    data_digest = checkpoints.digest(data.audio, data.cond, [u.audio for u in data.held_out],
+                                     list(data.held_out_cond))
+    return checkpoints.Kept(checkpoints.folder(
+        "wavenet", data_digest, os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS", ""),
+        checkpoints.sources(model_module, train, sys.modules[__name__])))
 
 
 def _kept_training(kept: checkpoints.Kept | None, key: Any, make, like: eqx.Module,

@@ -22,6 +22,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import numpy as np
 
 
 def _is_key(x) -> bool:
@@ -90,6 +91,32 @@ def sources(*modules: Any) -> list[str]:
     """The sha256 of each module's source: part of a kept result's name, so that an edit to
     the code that made it makes it again."""
     return [hashlib.sha256(inspect.getsource(m).encode()).hexdigest() for m in modules]
+
+
+def folder(name: str, *parts: Any) -> Path:
+    """``default_dir() / name / <digest>``: the folder of one computation's kept results
+    (``Kept``), named by a digest of ``parts`` (what defines the results besides each one's
+    key: ``sources`` of the code, a ``digest`` of the data, other settings) and of what every
+    result depends on: jax's, Equinox's and Optax's versions, ``XLA_FLAGS`` and the default
+    device's kind. A change in any of them starts a new folder: nothing is read back across
+    it."""
+    import optax
+
+    key = json.dumps([jax.__version__, eqx.__version__, optax.__version__,
+                      os.environ.get("XLA_FLAGS", ""), jax.devices()[0].device_kind, *parts],
+                     sort_keys=True, default=str)
+    return default_dir() / name / hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def digest(*trees: Any) -> str:
+    """The sha256 of the arrays in ``trees`` (each one's dtype, shape and bytes, in order):
+    a data set's or a frozen model's part of a folder's name or a key."""
+    hashed = hashlib.sha256()
+    for leaf in jax.tree.leaves(trees):
+        if eqx.is_array(leaf):
+            array = np.ascontiguousarray(leaf)
+            hashed.update(f"{array.dtype}{array.shape}".encode() + array.tobytes())
+    return hashed.hexdigest()
 
 
 def default_dir() -> Path:
