@@ -2,6 +2,7 @@
 work), one trial end to end, the paired comparison on a hand case, the diabetes protocol,
 the verdict, the live panel and the benchmark."""
 
+import dataclasses
 import subprocess
 import sys
 
@@ -106,9 +107,49 @@ def test_diabetes_known_graph_keeps_the_tiers_and_a_trial_holds_out_an_extreme()
     assert len(t["ood"]["held_out"]) == setup.candidates
 
 
-def test_verdict_and_summary_name_every_claim():
-    setup = experiment.configure(**TINY)
-    trials = experiment.study(setup)
+def _same(a, b) -> bool:
+    """The same values of the same types and dtypes, NaN equal to NaN."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (np.ndarray, np.generic)):
+        return (a.dtype == b.dtype and np.shape(a) == np.shape(b)
+                and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    return a == b or (a != a and b != b)
+
+
+def test_verdict_and_summary_name_every_claim_and_kept_trials_read_back(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(tmp_path))
+    setup = experiment.configure(**(TINY | {"checkpoint": True}))
+    made = []  # each trial as made, before it is kept
+
+    def spy(make):
+        return lambda *args: made.append(make(*args)) or made[-1]
+
+    for name in ("trial", "diabetes_trial"):
+        monkeypatch.setattr(experiment, name, spy(getattr(experiment, name)))
+    kept = experiment.kept(setup)
+    trials = experiment.study(setup, kept=kept)
+    assert (kept.made, kept.loaded) == (4, 0) and kept.folder.parent.parent == tmp_path
+    assert all(map(_same, made, [t for ts in trials.values() for t in ts]))  # exact JSON
+
+    def never(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(experiment, "fit_candidates", never)  # a resumed run reads all back
+    again = experiment.kept(setup)
+    assert _same(experiment.study(setup, kept=again), trials)
+    assert (again.made, again.loaded) == (0, 4)
+    more = experiment.kept(setup)  # a third trial per cell: the first two read back
+    with pytest.raises(AssertionError, match="trained again"):
+        experiment.study(dataclasses.replace(setup, repeats=3), kept=more)
+    assert more.loaded == 2
+    with pytest.raises(AssertionError, match="trained again"):  # another size: made anew
+        experiment.study(dataclasses.replace(setup, candidates=7), kept=experiment.kept(setup))
     m = experiment.verdict(setup, trials)
     s = experiment.summary(m, setup)
     # the smoke cells are all linear: the nonlinear claim is left out

@@ -64,10 +64,17 @@ the rule ``flipped_search``. Its deviations from the official code:
   kept on an improvement of min_delta (Keras's checkpoint keeps any improvement);
 - the impostor is redrawn until it differs from the true graph; the target is a random
   qualifying sink (the official code takes the lowest-numbered: the same distribution).
+
+With ``checkpoint`` (on in ``claim`` and ``paper``) each finished trial, synthetic or
+diabetes, is kept under ``$LAB_CHECKPOINT_DIR`` (``kept``, ``lab.train.checkpoint.Kept``), its
+arrays with their dtypes, so a run stopped at a deadline and resumed reads the trials it
+finished back (with the seconds they took then) and makes only the rest: the same numbers. A
+trial is kept whole, not part-way: a ``paper`` trial's training is one compiled call.
 """
 
 import dataclasses
 import functools
+import importlib
 import time
 from typing import Any
 
@@ -91,6 +98,7 @@ from lab.runs.claims import (
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
 from lab.train import causal_selection as train
+from lab.train import checkpoint as checkpoints
 
 SHIFTS = ("all", "one")
 MODES = ("fixed", "search")
@@ -101,7 +109,7 @@ PAPER_EPOCH = 188  # minibatches of 32 in an epoch of the official code's 6,000 
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
     # 5x the trials of every cell and of the real data: about 15 minutes here
-    "claim": {"repeats": 30, "diabetes_repeats": 60},
+    "claim": {"repeats": 30, "diabetes_repeats": 60, "checkpoint": True},
     # the official code's synthetic study (submission/Synthetic.ipynb), trial for trial; its
     # 100 repeats cost days on this CPU, so this runs the first few (the module docstring)
     "paper": {"nodes": [4], "mechanisms": ["linear"], "weights": "unit", "dag": "official",
@@ -112,14 +120,14 @@ PRESETS: dict[str, dict[str, Any]] = {
               "selection_rows": 2000, "test_rows": 2000, "shift_mean": 1.0,
               "shift_scale": 2.0, "top_fraction": 0.1, "lam": "ancestors",
               "modes": ["fixed", "search"], "standardise": False, "guarded": True,
-              "diabetes_repeats": 0},
+              "diabetes_repeats": 0, "checkpoint": True},
 }
 PARAMETERS = ("preset", "nodes", "mechanisms", "weights", "dag", "shifts", "repeats",
               "candidates", "hidden", "network", "steps", "batch", "lr", "optimizer",
               "stop_every", "patience", "train_rows", "stopping_rows", "selection_rows",
               "test_rows", "standardise", "edge_probability", "shift_mean", "shift_scale",
               "top_fraction", "lam", "modes", "guarded", "diabetes_repeats",
-              "diabetes_hold_out", "seed")
+              "diabetes_hold_out", "seed", "checkpoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +164,7 @@ class Setup:
     diabetes_repeats: int  # 0: no real-data trials
     diabetes_hold_out: float  # fraction of rows held out as the shifted domain
     seed: int
+    checkpoint: bool = False  # keep each finished trial; a rerun (a resume) reads it back
 
     @property
     def schedule(self) -> train.Schedule:
@@ -237,7 +246,8 @@ def configure(**params: Any) -> Setup:
                  top_fraction=float(p["top_fraction"]), lam=lam, modes=tuple(p["modes"]),
                  guarded=bool(p["guarded"]),
                  diabetes_repeats=int(p["diabetes_repeats"]),
-                 diabetes_hold_out=float(p["diabetes_hold_out"]), seed=int(p["seed"]))
+                 diabetes_hold_out=float(p["diabetes_hold_out"]), seed=int(p["seed"]),
+                 checkpoint=bool(p.get("checkpoint", False)))
 
 
 # the rules ------------------------------------------------------------------------------------
@@ -484,21 +494,110 @@ def cells(setup: Setup) -> list[tuple[int, str]]:
     return [(n, m) for n in setup.nodes for m in setup.mechanisms]
 
 
-def study(setup: Setup, on_trial=None) -> dict[str, list[dict[str, Any]]]:
+def study(setup: Setup, on_trial=None, kept: checkpoints.Kept | None = None
+          ) -> dict[str, list[dict[str, Any]]]:
     """Every synthetic trial (by ``"<nodes>_<mechanism>"``) and the diabetes trials
-    (``"diabetes"``); ``on_trial(name, trial)`` after each."""
+    (``"diabetes"``); ``on_trial(name, trial)`` after each. A trial ``kept`` earlier
+    (``kept(setup)``) is read back, with the seconds it took then."""
+    kept = kept or checkpoints.Kept(None)
     out: dict[str, list[dict[str, Any]]] = {}
     for nodes, mechanism in cells(setup):
         name = f"{nodes}_{mechanism}"
         for repeat in range(setup.repeats):
-            out.setdefault(name, []).append(trial(setup, nodes, mechanism, repeat))
+            out.setdefault(name, []).append(_kept_trial(
+                kept, ["synthetic", _unit(setup, SYNTHETIC_ONLY), nodes, mechanism, repeat],
+                lambda nodes=nodes, mechanism=mechanism, repeat=repeat: trial(
+                    setup, nodes, mechanism, repeat)))
             if on_trial:
                 on_trial(name, out[name][-1])
     for repeat in range(setup.diabetes_repeats):
-        out.setdefault("diabetes", []).append(diabetes_trial(setup, repeat))
+        out.setdefault("diabetes", []).append(_kept_trial(
+            kept, ["diabetes", _unit(setup, DIABETES_ONLY), repeat],
+            lambda repeat=repeat: diabetes_trial(setup, repeat)))
         if on_trial:
             on_trial("diabetes", out["diabetes"][-1])
     return out
+
+
+# what a run's list of cells and counts of trials hold, and what only one kind of trial uses:
+# left out of a trial's key, so that a run with more trials or cells reads back the same ones
+STUDY_ONLY = ("nodes", "mechanisms", "repeats", "diabetes_repeats", "checkpoint")
+SYNTHETIC_ONLY = ("weights", "dag", "shifts", "train_rows", "stopping_rows", "selection_rows",
+                  "test_rows", "standardise", "edge_probability", "shift_mean", "shift_scale")
+DIABETES_ONLY = ("diabetes_hold_out",)
+
+
+def _unit(setup: Setup, other: tuple[str, ...]) -> dict[str, Any]:
+    """The fields of ``setup`` that define one trial of a kind (``other``: the other kind's)."""
+    return {k: v for k, v in dataclasses.asdict(setup).items()
+            if k not in STUDY_ONLY and k not in other}
+
+
+def _kept_trial(kept: checkpoints.Kept, key: list[Any], make) -> dict[str, Any]:
+    """``make()``'s trial, or the one ``kept`` under ``key``; without a folder, ``make()``'s
+    value as it is."""
+    if kept.folder is None:
+        return kept(key, make)
+    return _from_json(kept(key, lambda: _to_json(make()), prefix="trial-"))
+
+
+def _to_json(value: Any) -> Any:
+    """``value`` as JSON, its arrays and numpy scalars tagged with their dtype (and arrays
+    with their shape), tuples tagged: ``_from_json`` gives back the same values exactly
+    (a float as its shortest repr; NaN and infinities as JSON's extensions)."""
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"a kept trial's keys must be strings, got {list(value)}")
+        return {k: _to_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_json(v) for v in value]
+    if isinstance(value, tuple):
+        return {"__tuple__": [_to_json(v) for v in value]}
+    if isinstance(value, (np.ndarray, jax.Array)):
+        array = np.asarray(value)
+        return {"__array__": array.tolist(), "dtype": str(array.dtype),
+                "shape": list(array.shape)}
+    if isinstance(value, np.generic):
+        return {"__scalar__": value.item(), "dtype": str(value.dtype)}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"a kept trial holds a {type(value).__name__}, which JSON cannot keep")
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "__array__" in value:
+        return np.asarray(value["__array__"], value["dtype"]).reshape(value["shape"])
+    if "__scalar__" in value:
+        return np.dtype(value["dtype"]).type(value["__scalar__"])
+    if "__tuple__" in value:
+        return tuple(_from_json(v) for v in value["__tuple__"])
+    return {k: _from_json(v) for k, v in value.items()}
+
+
+# the code that makes a kept trial (the functions as defined here, not as a test replaces them)
+TRIAL_CODE = (train, importlib.import_module("lab.models.feedforward"),
+              *(importlib.import_module(f"lab.causal.{m}")
+                for m in ("ges", "pdag", "scm", "score", "select")),
+              Setup, standardise, fit_candidates, evaluate, official_dag, rank_correlation,
+              _sink_target, trial, recovers, diabetes, diabetes_graph, diabetes_trial,
+              lambda_for, _to_json, _from_json)
+
+
+def kept(setup: Setup) -> checkpoints.Kept:
+    """Where ``study`` keeps each finished trial (``setup.checkpoint``; otherwise a ``Kept``
+    that keeps nothing), in a folder named by what else defines the trials: jax's version,
+    the devices' kind, the diabetes table's bytes, the source of the code that makes a trial
+    and the constants it reads (an edit there makes them again)."""
+    if not setup.checkpoint:
+        return checkpoints.Kept(None)
+    names, rows = diabetes()
+    return checkpoints.Kept(checkpoints.folder(
+        "causal_selection", names, checkpoints.digest(rows), MECHANISMS, DIABETES_TIERS,
+        checkpoints.sources(*TRIAL_CODE)))
 
 
 def paired(trials: list[dict[str, Any]], shift: str, rule: str,
