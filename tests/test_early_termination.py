@@ -182,3 +182,87 @@ def test_rederive_recomputes_the_per_unit_numbers_an_old_record_lacks():
     for name in now:
         assert np.allclose(again[name]["values"], now[name]["values"])
         assert again[name]["verdict"] == now[name]["verdict"]
+
+
+def test_kept_units_are_read_back_and_an_unfinished_group_continues(tmp_path, monkeypatch):
+    """With ``checkpoint`` each t_max group's curves are kept (here on a stand-in for the
+    A2C: a state that counts up, its returns read from the state); a rerun reads them back
+    without training, a group stopped mid-way continues from its saved state to the same
+    numbers, other sizes train anew; the live sweep's result is kept the same way."""
+    from types import SimpleNamespace
+
+    import jax.numpy as jnp
+
+    from lab.experiments import a2c
+    from lab.experiments import sweeps as sweep_module
+
+    monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(tmp_path / "kept"))
+    monkeypatch.setattr(et.a2c, "SAVE_SECONDS", 0.0)
+    setup = et.configure(**(NOTEBOOK | {"checkpoint": True, "evaluations": 4}))
+    calls = []
+
+    def initial(config, task, configs, seeds, seed):
+        return {"x": jnp.arange(len(configs) * seeds, dtype=jnp.float32) / 3}
+
+    def chunk(config, task, updates):
+        def step(state):
+            calls.append(config.t_max)
+            if calls == stop:
+                raise KeyboardInterrupt  # a deadline
+            x = state["x"] + config.t_max
+            return {"x": x}, SimpleNamespace(episodes=np.ones((len(x), 2)),
+                                             episode_return=np.repeat(np.asarray(x)[:, None], 2, 1))
+        return step
+
+    monkeypatch.setattr(a2c, "_initial_runs", initial)
+    monkeypatch.setattr(a2c, "_chunk", chunk)
+    configs = et.sample_configs(setup.a2c, 3, 0)
+    stop = [int(min(c["t_max"] for c in configs))] * 3  # the first group's third evaluation
+    with pytest.raises(KeyboardInterrupt):
+        et.a2c_curves(setup.a2c, configs, kept=et.kept(setup, "a2c"))
+    stop = None
+    assert len(list((tmp_path / "kept").rglob("*.state"))) == 1  # its evaluations 1 and 2
+    calls.clear()
+    first = et.kept(setup, "a2c")
+    curves = et.a2c_curves(setup.a2c, configs, kept=first)
+    groups = len({c["t_max"] for c in configs})
+    assert len(calls) == 4 * groups - 2 and first.made == groups  # continued at evaluation 3
+    assert not list((tmp_path / "kept").rglob("*.state"))
+    x, expected = np.arange(3.0, dtype=np.float32) / 3, []  # an uninterrupted run's
+    for _ in range(4):
+        x = x + np.array([c["t_max"] for c in configs], np.float32)
+        expected.append(x)
+    expected = np.stack(expected, axis=1)
+    np.testing.assert_array_equal(curves.evaluations[:, 0], expected)
+
+    def never(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(a2c, "_initial_runs", never)
+    monkeypatch.setattr(a2c, "_chunk", never)
+    again = et.kept(setup, "a2c")
+    np.testing.assert_array_equal(et.a2c_curves(setup.a2c, configs, kept=again).evaluations,
+                                  curves.evaluations)
+    assert (again.loaded, again.made) == (groups, 0)
+    other = et.configure(**(NOTEBOOK | {"checkpoint": True, "evaluations": 4,
+                                        "total_steps": 160}))
+    with pytest.raises(AssertionError, match="trained again"):  # another size: anew
+        et.a2c_curves(other.a2c, configs, kept=et.kept(other, "a2c"))
+    assert et.kept(et.configure(**NOTEBOOK), "a2c").folder is None  # off: nothing kept
+
+    runs = tmp_path / "run"
+    stale = runs / "sweeps" / f"{setup.a2c.name}-hypertrick-seed0.db"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("an interrupted live sweep")
+    pair = {"hypertrick_seconds": 1.5, "random_seconds": 2.5}
+    monkeypatch.setattr(sweep_module, "compare", lambda *args, **kwargs: pair)
+    monkeypatch.setattr(sweep_module, "verdict", lambda spec, pairs: {
+        "comparisons": [{"hypertrick_best": float("nan"), "random_best": 6.0}],
+        "hypertrick_seconds": [1.5], "random_seconds": [2.5]})
+    live = et.live(setup.a2c, runs, kept=et.kept(setup, "live"))
+    assert not stale.exists() and stale.with_suffix(".interrupted.db").exists()
+    monkeypatch.setattr(sweep_module, "compare", never)
+    kept_live = et.kept(setup, "live")
+    back = et.live(setup.a2c, runs, kept=kept_live)
+    assert kept_live.loaded == 1 and np.isnan(back.pop("hypertrick_best"))
+    assert back == {k: v for k, v in live.items() if k != "hypertrick_best"}

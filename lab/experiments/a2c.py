@@ -22,6 +22,7 @@ from lab.envs.minatar import GAMES, MinAtarTask
 from lab.runs.claims import plural
 from lab.runs.claims import summary as claims_summary
 from lab.runs.params import with_preset
+from lab.train import checkpoint as checkpoints
 from lab.train.a2c import A2CConfig, Hyper, make_train, with_hyper
 
 PRESETS: dict[str, dict[str, Any]] = {"default": {}}
@@ -75,8 +76,8 @@ def curves(configs: list[dict[str, Any]], *, game: str = "breakout", sticky: flo
            envs: int = 16, steps: int, evaluations: int, seeds: int = 2, seed: int = 0,
            entropy_cost: float = 0.01,
            on_evaluation: Callable[[int, np.ndarray], bool] | None = None,
-           progress: Callable[[int, int, float], None] | None = None
-           ) -> tuple[np.ndarray, np.ndarray]:
+           progress: Callable[[int, int, float], None] | None = None,
+           kept: checkpoints.Kept | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(returns, env_steps)``: ``returns (configs, seeds, evaluations)`` each
     configuration's mean training-episode return in each of ``evaluations`` equal stretches
     of about ``steps`` environment steps (NaN where no episode ended, or after a stop), and
@@ -85,7 +86,14 @@ def curves(configs: list[dict[str, Any]], *, game: str = "breakout", sticky: flo
 
     ``on_evaluation(e, returns[:, :, e] of the group)`` after each evaluation of a t_max
     group; False stops that group (a pruned trial). ``progress(done, total, seconds)``
-    after each group."""
+    after each group.
+
+    With ``kept`` (a ``lab.train.checkpoint.Kept`` whose folder the caller names by the code
+    and versions) each finished group's curves are kept under a key of everything else that
+    defines them and read back by a rerun; a group in training saves its state every
+    ``SAVE_SECONDS`` beside it and a rerun continues from there: the same initial runs, the
+    same compiled chunks in the same order, so the same numbers. A group that
+    ``on_evaluation`` stops is not kept."""
     task = MinAtarTask(game, sticky)
     out = np.full((len(configs), seeds, evaluations), np.nan)
     at = np.zeros((len(configs), evaluations))
@@ -93,30 +101,66 @@ def curves(configs: list[dict[str, Any]], *, game: str = "breakout", sticky: flo
     for i, c in enumerate(configs):
         groups.setdefault(int(c["t_max"]), []).append(i)
     hyper = Hyper(entropy_cost=entropy_cost)
-    initial = _initial_runs(A2CConfig(envs=envs, hyper=hyper), task, configs, seeds, seed)
+    kept = kept or checkpoints.Kept(None)
+    initial = []  # every configuration's initial run: made once, before the first group trains
     start, done = time.perf_counter(), 0
     for t_max, members in sorted(groups.items()):
         config = A2CConfig(envs=envs, t_max=t_max, hyper=hyper)
         updates = max(1, round(steps / evaluations / config.steps_per_update))
         rows = [(i, s) for i in members for s in range(seeds)]
-        index = np.array([i * seeds + s for i, s in rows])
-        state = jax.tree.map(lambda x, index=index: x[index], initial)
-        chunk = _chunk(config, task, updates)
-        for e in range(evaluations):
-            state, m = chunk(state)
-            ended = np.asarray(m.episodes)  # (rows, updates)
-            total = np.nansum(np.asarray(m.episode_return) * ended, axis=1)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                mean = np.where(ended.sum(1) > 0, total / ended.sum(1), np.nan)
-            for (i, s), value in zip(rows, mean, strict=True):
-                out[i, s, e] = value
-            at[members, e] = (e + 1) * updates * config.steps_per_update
-            if on_evaluation is not None and on_evaluation(e, out[members, :, e]) is False:
-                break
+        key = ["a2c", game, sticky, envs, steps, evaluations, seeds, seed, entropy_cost, t_max,
+               [configs[i] for i in members]]
+        saved = None if kept.folder is None else kept.path(key, "group-").with_suffix(".state")
+
+        def train_group(config=config, updates=updates, rows=rows, members=members,
+                        saved=saved):
+            if not initial:
+                initial.append(_initial_runs(A2CConfig(envs=envs, hyper=hyper), task, configs,
+                                             seeds, seed))
+            index = np.array([i * seeds + s for i, s in rows])
+            state = jax.tree.map(lambda x: x[index], initial[0])
+            chunk = _chunk(config, task, updates)
+            first, resumed = 0, None if saved is None else checkpoints.resume(saved, state)
+            if resumed is not None:
+                state, info = resumed
+                first = info["done"]
+                out[members] = np.array(info["values"], float).reshape(len(members), seeds, -1)
+            last = time.perf_counter()
+            for e in range(first, evaluations):
+                state, m = chunk(state)
+                ended = np.asarray(m.episodes)  # (rows, updates)
+                total = np.nansum(np.asarray(m.episode_return) * ended, axis=1)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    mean = np.where(ended.sum(1) > 0, total / ended.sum(1), np.nan)
+                for (i, s), value in zip(rows, mean, strict=True):
+                    out[i, s, e] = value
+                at[members, e] = (e + 1) * updates * config.steps_per_update
+                if on_evaluation is not None and on_evaluation(e, out[members, :, e]) is False:
+                    raise _Stopped
+                if saved is not None and e + 1 < evaluations and \
+                        time.perf_counter() - last >= SAVE_SECONDS:
+                    checkpoints.save(saved, state, done=e + 1, values=out[members].tolist())
+                    last = time.perf_counter()
+            return out[members].tolist()  # float64 -> float -> float64 is exact; NaN kept
+
+        try:
+            out[members] = np.array(kept(key, train_group, "group-"), float)
+            at[members] = (np.arange(evaluations) + 1) * updates * config.steps_per_update
+        except _Stopped:
+            pass
+        if saved is not None:
+            saved.unlink(missing_ok=True)
         done += len(members)
         if progress is not None:
             progress(done, len(configs), time.perf_counter() - start)
     return out, at
+
+
+SAVE_SECONDS = 60.0  # how often a kept group in training saves its state (``curves``)
+
+
+class _Stopped(Exception):
+    """A group that ``on_evaluation`` stopped: not kept as finished."""
 
 
 def _initial_runs(config: A2CConfig, task: MinAtarTask, configs: list[dict[str, Any]],

@@ -29,14 +29,25 @@ range of final metrics; non-inferiority within 2% of it), for A2C and for MPO; p
 and for MPO; per **live sweep**, how far its bests land outside the simulator's prediction.
 Arrival orders replay the same recorded configurations, so those verdicts are about these
 configurations, not about the space they were drawn from.
+
+With ``checkpoint`` (on in ``claim``) what a run finishes is kept (:func:`kept`,
+``lab.train.checkpoint.Kept``): each ``t_max`` group's A2C curves (its training state every
+minute while it trains), each MPO configuration's run (its state after every evaluation,
+through ``policy_improvement.train``) and the live sweep's result. A run stopped at a deadline
+and resumed reads them back and continues an unfinished group from its last kept state, to
+the same numbers; the live sweep is one unit (its seconds, and its outcome, as measured then).
 """
 
 import dataclasses
+import hashlib
+import importlib
 import inspect
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +74,7 @@ from lab.sweeps.hypertrick import TrialSeededSampler
 from lab.sweeps.simulator import METHODS, Curves, load_curves, outcomes, replay
 from lab.sweeps.spec import SweepSpec, load_spec
 from lab.sweeps.worker import suggest
+from lab.train import checkpoint as checkpoints
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -89,12 +101,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 4 phases)
     "claim": dict(configurations=104, total_steps=320_000, evaluations=16, orders=1000,
                   mpo_configurations=24, mpo_total_steps=6000, mpo_eval_every=500,
-                  live_trials=10),
+                  live_trials=10, checkpoint=True),
 }
 PARAMETERS = ("preset", "game", "configurations", "seeds", "envs", "total_steps",
               "evaluations", "phases", "survival", "workers", "orders", "mpo_configurations",
               "mpo_total_steps", "mpo_eval_every", "mpo_fixed", "live_trials", "sampler_seed",
-              "curves_from")
+              "curves_from", "checkpoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +121,8 @@ class Setup:
     live_trials: int
     curves_from: str
     preset: str
+    checkpoint: bool = False
+    """Keep each finished unit (:func:`kept`); a rerun (a resume) reads it back."""
 
 
 def configure(**params: Any) -> Setup:
@@ -150,7 +164,8 @@ def configure(**params: Any) -> Setup:
             raise ValueError(f"{p['curves_from']} holds curves of another sweep (space or "
                              "phases differ); record new ones (curves_from = '')")
     return Setup(a2c_sweep, mpo_sweep, p["configurations"], p["mpo_configurations"],
-                 p["orders"], p["live_trials"], p["curves_from"], params.get("preset", "default"))
+                 p["orders"], p["live_trials"], p["curves_from"], params.get("preset", "default"),
+                 bool(p.get("checkpoint", False)))
 
 
 # --- the configurations and their curves ---------------------------------------------------
@@ -206,19 +221,27 @@ def phase_values(evaluations: np.ndarray, phases: int) -> np.ndarray:
 
 
 def a2c_curves(spec: SweepSpec, configs: list[dict[str, Any]], *, sticky: float = 0.1,
-               seed: int = 0, progress: Callable | None = None) -> Curves:
-    """Train ``configs`` as ``spec``'s trials would (notebook 07 with ``spec.fixed``)."""
+               seed: int = 0, progress: Callable | None = None,
+               kept: checkpoints.Kept | None = None) -> Curves:
+    """Train ``configs`` as ``spec``'s trials would (notebook 07 with ``spec.fixed``). With
+    ``kept`` (:func:`kept`) each ``t_max`` group's curves are kept once trained and read back
+    by a rerun, and a group in training saves its state as it goes and continues from it
+    (``lab.experiments.a2c.curves``'s ``kept``)."""
     f = spec.fixed
     evaluations = f["total_steps"] // f["eval_every"]
     returns, _ = a2c.curves(configs, game=f["game"], sticky=sticky, envs=f["envs"],
-                            steps=f["total_steps"], evaluations=evaluations,
-                            seeds=f["seeds"], seed=seed, progress=progress)
+                            steps=f["total_steps"], evaluations=evaluations, seeds=f["seeds"],
+                            seed=seed, progress=progress, kept=kept)
     return Curves(spec, tuple(configs), phase_values(returns, spec.phases), returns)
 
 
 def mpo_curves(spec: SweepSpec, configs: list[dict[str, Any]],
-               progress: Callable | None = None) -> Curves:
-    """Train ``configs`` as ``spec``'s trials would (notebook 04's MPO, one seed each)."""
+               progress: Callable | None = None,
+               kept: checkpoints.Kept | None = None) -> Curves:
+    """Train ``configs`` as ``spec``'s trials would (notebook 04's MPO, one seed each). With
+    ``kept`` (:func:`kept`) each configuration's run is kept as notebook 04 keeps a variant
+    (``policy_improvement.train``: its state after every evaluation, its history once
+    finished) and read back by a rerun."""
     from lab.experiments import policy_improvement as pi
     from lab.runs import notebook_parameters
 
@@ -228,13 +251,42 @@ def mpo_curves(spec: SweepSpec, configs: list[dict[str, Any]],
     rows, start = [], time.perf_counter()
     for i, c in enumerate(configs):
         setup = pi.configure(**(defaults | spec.fixed | c))
-        result = pi.train(setup, setup.variant(setup.focus))
+        result = pi.train(setup, setup.variant(setup.focus), kept=kept)
         h = result.history  # evaluations after 0, eval_every, ... steps: drop the first
         rows.append(np.asarray(h.mean_returns, float)[np.asarray(h.env_steps) > 0][None])
         if progress is not None:
             progress(i + 1, len(configs), time.perf_counter() - start)
     returns = np.stack(rows)  # (configs, 1, evaluations)
     return Curves(spec, tuple(configs), phase_values(returns, spec.phases), returns)
+
+
+def kept(setup: Setup, workload: str) -> checkpoints.Kept:
+    """Where ``workload`` (``"a2c"``, ``"mpo"`` or ``"live"``) keeps its finished units
+    (``setup.checkpoint``; otherwise a ``Kept`` that keeps nothing), in a folder named by
+    what else defines them: the versions of jax, equinox, optax and gymnax, the devices'
+    kind and the source of the code that computes them (an edit there makes them again);
+    the live sweep's also by notebook 07's bytes (its trials run it)."""
+    if not setup.checkpoint:
+        return checkpoints.Kept(None)
+    a2c_code = [a2c, "lab.train.a2c", "lab.envs.minatar", "lab.envs.control",
+                "lab.models.ga3c", "lab.rl.a3c", "lab.rl.returns"]
+    names = {"a2c": a2c_code,
+             "mpo": ["lab.experiments.policy_improvement", "lab.train.mpo", "lab.train.rl_loop",
+                     "lab.train.nstep_replay", "lab.rl.mpo", "lab.rl.search", "lab.rl.returns",
+                     "lab.models.policy", "lab.envs.control", "lab.envs.rollout",
+                     "lab.parallel"],
+             "live": [*a2c_code, "lab.experiments.sweeps", "lab.sweeps.worker",
+                      "lab.sweeps.study", "lab.sweeps.hypertrick", "lab.sweeps.phases",
+                      "lab.sweeps.report", "lab.runs.runner"]}[workload]
+    modules = [importlib.import_module(m) if isinstance(m, str) else m for m in names]
+    try:
+        gymnax = metadata.version("gymnax")
+    except metadata.PackageNotFoundError:
+        gymnax = None
+    parts = [workload, gymnax, checkpoints.sources(*modules)]
+    if workload == "live":
+        parts.append(hashlib.sha256((NOTEBOOKS / "07_a2c.ipynb").read_bytes()).hexdigest())
+    return checkpoints.Kept(checkpoints.folder("early_termination", *parts))
 
 
 # --- how predictive are early phases -------------------------------------------------------
@@ -409,14 +461,29 @@ def predict_live(curves: Curves, trials: int, *, workers: int, replays: int = 20
             "random_best": np.array(random)}
 
 
-def live(spec: SweepSpec, out: Path, storage: str | None = None) -> dict[str, Any]:
-    """HyperTrick then random search on its compute, live (SQLite, ``spec.workers``)."""
+def live(spec: SweepSpec, out: Path, storage: str | None = None,
+         kept: checkpoints.Kept | None = None) -> dict[str, Any]:
+    """HyperTrick then random search on its compute, live (SQLite, ``spec.workers``). With
+    ``kept`` (:func:`kept`) the result is kept once finished and read back by a rerun (its
+    outcome and seconds as measured then); a rerun after an unfinished live sweep moves its
+    studies' databases aside (``*.interrupted.db``) and runs it again."""
     from lab.experiments import sweeps
 
-    pair = sweeps.compare(spec, spec.seed, out, storage=storage, name=spec.name)
-    m = sweeps.verdict(spec, [pair])
-    return m["comparisons"][0] | {"hypertrick_seconds": m["hypertrick_seconds"][0],
-                                  "random_seconds": m["random_seconds"][0]}
+    def make():
+        if kept is not None and kept.folder is not None and storage is None:
+            for method in ("hypertrick", "random"):
+                db = Path(out) / "sweeps" / f"{spec.name}-{method}-seed{spec.seed}.db"
+                if db.exists():
+                    os.replace(db, db.with_suffix(".interrupted.db"))
+        pair = sweeps.compare(spec, spec.seed, out, storage=storage, name=spec.name)
+        m = sweeps.verdict(spec, [pair])
+        return m["comparisons"][0] | {"hypertrick_seconds": m["hypertrick_seconds"][0],
+                                      "random_seconds": m["random_seconds"][0]}
+
+    if kept is None:
+        return make()
+    data = spec.as_dict() | {"notebook": Path(spec.notebook).name}
+    return kept(["live", data], make, "live-")
 
 
 def within(value: float, sample: np.ndarray, low: float = 0.05, high: float = 0.95) -> bool:
