@@ -538,44 +538,8 @@ def _kept_trial(kept: checkpoints.Kept, key: list[Any], make) -> dict[str, Any]:
     value as it is."""
     if kept.folder is None:
         return kept(key, make)
-    return _from_json(kept(key, lambda: _to_json(make()), prefix="trial-"))
-
-
-def _to_json(value: Any) -> Any:
-    """``value`` as JSON, its arrays and numpy scalars tagged with their dtype (and arrays
-    with their shape), tuples tagged: ``_from_json`` gives back the same values exactly
-    (a float as its shortest repr; NaN and infinities as JSON's extensions)."""
-    if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            raise TypeError(f"a kept trial's keys must be strings, got {list(value)}")
-        return {k: _to_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to_json(v) for v in value]
-    if isinstance(value, tuple):
-        return {"__tuple__": [_to_json(v) for v in value]}
-    if isinstance(value, (np.ndarray, jax.Array)):
-        array = np.asarray(value)
-        return {"__array__": array.tolist(), "dtype": str(array.dtype),
-                "shape": list(array.shape)}
-    if isinstance(value, np.generic):
-        return {"__scalar__": value.item(), "dtype": str(value.dtype)}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    raise TypeError(f"a kept trial holds a {type(value).__name__}, which JSON cannot keep")
-
-
-def _from_json(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_from_json(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "__array__" in value:
-        return np.asarray(value["__array__"], value["dtype"]).reshape(value["shape"])
-    if "__scalar__" in value:
-        return np.dtype(value["dtype"]).type(value["__scalar__"])
-    if "__tuple__" in value:
-        return tuple(_from_json(v) for v in value["__tuple__"])
-    return {k: _from_json(v) for k, v in value.items()}
+    return checkpoints.from_json(kept(key, lambda: checkpoints.to_json(make()),
+                                      prefix="trial-"))
 
 
 # the code that makes a kept trial (the functions as defined here, not as a test replaces them)
@@ -584,7 +548,7 @@ TRIAL_CODE = (train, importlib.import_module("lab.models.feedforward"),
                 for m in ("ges", "pdag", "scm", "score", "select")),
               Setup, standardise, fit_candidates, evaluate, official_dag, rank_correlation,
               _sink_target, trial, recovers, diabetes, diabetes_graph, diabetes_trial,
-              lambda_for, _to_json, _from_json)
+              lambda_for)
 
 
 def kept(setup: Setup) -> checkpoints.Kept:

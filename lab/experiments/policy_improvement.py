@@ -333,7 +333,7 @@ def _kept_train(setup: Setup, variant: Variant, keys: jax.Array, callback,
         if len(history.env_steps) < variant.config.num_intervals + 1:
             raise _Stopped
         checkpoints.save(agents, run.agent)
-        return {"history": _history_json(history)}
+        return {"history": checkpoints.to_json(history._asdict())}
 
     try:
         value = kept(key, make, prefix)
@@ -347,7 +347,8 @@ def _kept_train(setup: Setup, variant: Variant, keys: jax.Array, callback,
     like = eqx.filter_eval_shape(
         eqx.filter_vmap(lambda k: module.init_agent(variant.config, task, k)), keys)
     agent, _ = checkpoints.load(agents, like)
-    return Result(variant, SimpleNamespace(agent=agent), _history_from(value["history"]))
+    history = History(**checkpoints.from_json(value["history"]))
+    return Result(variant, SimpleNamespace(agent=agent), history)
 
 
 def _resumable(setup: Setup, variant: Variant, keys: jax.Array, callback, path: Path
@@ -360,18 +361,6 @@ def _resumable(setup: Setup, variant: Variant, keys: jax.Array, callback, path: 
     module = vmpo if variant.kind == "vmpo" else mpo
     return module.train(variant.config, setup.make_task(), keys, callback=callback,
                         mesh=setup.mesh(variant), progress=path)
-
-
-def _history_json(h: History) -> dict[str, Any]:
-    return {"env_steps": rl_loop.array_json(h.env_steps), "returns": rl_loop.array_json(h.returns),
-            "seconds": rl_loop.array_json(h.seconds), "compile_seconds": h.compile_seconds,
-            "metrics": {k: rl_loop.array_json(v) for k, v in h.metrics.items()}}
-
-
-def _history_from(kept: dict[str, Any]) -> History:
-    return History(rl_loop.array_from(kept["env_steps"]), rl_loop.array_from(kept["returns"]),
-                   rl_loop.array_from(kept["seconds"]), kept["compile_seconds"],
-                   {k: rl_loop.array_from(v) for k, v in kept["metrics"].items()})
 
 
 def steps_to_threshold(env_steps: np.ndarray, returns: np.ndarray, threshold: float

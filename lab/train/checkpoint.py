@@ -163,5 +163,43 @@ class Kept:
         return value
 
 
+def to_json(value: Any) -> Any:
+    """``value`` as JSON, its arrays and numpy scalars tagged with their dtype (and arrays
+    with their shape), tuples tagged: ``from_json`` gives back the same values exactly
+    (a float as its shortest repr; NaN and infinities as JSON's extensions)."""
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"a kept value's keys must be strings, got {list(value)}")
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_json(v) for v in value]
+    if isinstance(value, tuple):
+        return {"__tuple__": [to_json(v) for v in value]}
+    if isinstance(value, (np.ndarray, jax.Array)):
+        array = np.asarray(value)
+        return {"__array__": array.tolist(), "dtype": str(array.dtype),
+                "shape": list(array.shape)}
+    if isinstance(value, np.generic):
+        return {"__scalar__": value.item(), "dtype": str(value.dtype)}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"a kept value holds a {type(value).__name__}, which JSON cannot keep")
+
+
+def from_json(value: Any) -> Any:
+    """The value ``to_json`` wrote, its arrays, numpy scalars and tuples as they were."""
+    if isinstance(value, list):
+        return [from_json(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "__array__" in value:
+        return np.asarray(value["__array__"], value["dtype"]).reshape(value["shape"])
+    if "__scalar__" in value:
+        return np.dtype(value["dtype"]).type(value["__scalar__"])
+    if "__tuple__" in value:
+        return tuple(from_json(v) for v in value["__tuple__"])
+    return {k: from_json(v) for k, v in value.items()}
+
+
 def _key(key: Any) -> str:
     return json.dumps(key, sort_keys=True, default=str)

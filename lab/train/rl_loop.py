@@ -98,9 +98,8 @@ def run_seeds(init: Callable[[jax.Array], Any], interval: Callable, evaluate: Ca
         run = jax.tree.map(lambda x, ref: jax.device_put(x, ref.sharding)
                            if eqx.is_array(ref) else x, saved[0], run)
         info = saved[1]
-        returns = [array_from(a) for a in info["returns"]]
+        returns, metrics = checkpoint.from_json([info["returns"], info["metrics"]])
         seconds, compile_seconds = info["seconds"], info["compile_seconds"]
-        metrics = [{k: array_from(a) for k, a in m.items()} for m in info["metrics"]]
     elapsed = seconds[-1]
     history = _history(steps_per_interval, returns, seconds, compile_seconds, metrics)
     for i in range(len(returns) - 1, num_intervals):
@@ -114,24 +113,12 @@ def run_seeds(init: Callable[[jax.Array], Any], interval: Callable, evaluate: Ca
         metrics.append(jax.tree.map(np.asarray, step_metrics))
         history = _history(steps_per_interval, returns, seconds, compile_seconds, metrics)
         if progress is not None:
-            checkpoint.save(progress, run, returns=[array_json(a) for a in returns],
-                            seconds=seconds, compile_seconds=compile_seconds,
-                            metrics=[{k: array_json(a) for k, a in m.items()}
-                                     for m in metrics])
+            checkpoint.save(progress, run, returns=checkpoint.to_json(returns),
+                            metrics=checkpoint.to_json(metrics), seconds=seconds,
+                            compile_seconds=compile_seconds)
         if callback is not None and callback(history) is False:
             break
     return run, history
-
-
-def array_json(a: np.ndarray) -> dict[str, Any]:
-    """An array as JSON: its dtype, shape and values (float32 -> float -> float32 is exact;
-    NaN and infinities are kept)."""
-    return {"dtype": a.dtype.str, "shape": list(a.shape), "values": a.ravel().tolist()}
-
-
-def array_from(kept: dict[str, Any]) -> np.ndarray:
-    """The array ``array_json`` wrote."""
-    return np.asarray(kept["values"], kept["dtype"]).reshape(kept["shape"])
 
 
 def _history(steps_per_interval, returns, seconds, compile_seconds, metrics) -> History:
