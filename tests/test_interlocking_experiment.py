@@ -1,6 +1,7 @@
 """The interlocking experiment's verdict arithmetic against hand-computed cases, its
 parameter checks, and its live panel."""
 
+import jax
 import numpy as np
 import pytest
 from IPython.display import Image
@@ -206,10 +207,26 @@ def test_text_task_heads_and_a_held_out_split_apart_from_the_test_text():
     assert ",".join(map(str, test_inputs[0].tolist())) in ",".join(map(str, corpus.test.tolist()))
 
 
+def test_a_training_stopped_after_a_chunk_continues_from_its_progress_file(tmp_path):
+    setup = experiment.configure(**(TINY | {"rules": ["pairwise"]}))
+    task = experiment.task(setup, "text")
+    run = experiment.train.make_train(task.init, task.sample, task.evaluate, 2,
+                                      experiment.optimizer(task), experiment.train.cross_entropy,
+                                      None, setup.eval_every)[0]
+    keys = jax.random.split(jax.random.key(0), 2)
+    straight = run(task.data, keys, 2 * setup.eval_every)
+    progress = tmp_path / "state.eqx"
+    run(task.data, keys, setup.eval_every, progress=progress)  # one chunk, then a deadline
+    continued = run(task.data, keys, 2 * setup.eval_every, progress=progress)
+    for a, b in zip(jax.tree.leaves(continued), jax.tree.leaves(straight), strict=True):
+        assert np.asarray(a).dtype == np.asarray(b).dtype
+        np.testing.assert_array_equal(a, b)
+
+
 def test_train_rules_chooses_each_rules_step_size_on_held_out_text_and_keeps_it(
         tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_CHECKPOINT_DIR", str(tmp_path))
-    setup = experiment.configure(**(TINY | {"rules": ["pairwise-sum"], "text_steps": 10,
+    setup = experiment.configure(**(TINY | {"rules": ["pairwise-sum"], "text_steps": 5,
                                             "text_lr_grid": [1e-5, 3e-3, 3e-2],
                                             "text_lr_select_steps": 5, "checkpoint": True}))
     units = experiment.kept(setup, "text")
@@ -226,7 +243,7 @@ def test_train_rules_chooses_each_rules_step_size_on_held_out_text_and_keeps_it(
     assert experiment.train_rules(setup, "text", kept=again) == study
     assert (again.made, again.loaded) == (0, 2)
     with pytest.raises(AssertionError, match="made again"):  # other sizes: made anew
-        longer = experiment.configure(**(TINY | {"rules": ["pairwise-sum"], "text_steps": 15,
+        longer = experiment.configure(**(TINY | {"rules": ["pairwise-sum"], "text_steps": 10,
                                                  "text_lr_grid": [1e-5, 3e-3, 3e-2],
                                                  "text_lr_select_steps": 5,
                                                  "checkpoint": True}))

@@ -39,7 +39,6 @@ measured when it was made (summed over the runs that trained it).
 
 import dataclasses
 import functools
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -400,56 +399,24 @@ def train_rule(setup: Setup, task: Task, rule: str, lr: float | None = None,
     state = None if kept.folder is None else kept.path(key, "state-").with_suffix(".eqx")
 
     def make():
-        run, start, chunk, measure = train.make_train(
-            task.init, task.sample, task.evaluate, n, optimizer(task, lr), train.cross_entropy,
-            None, setup.eval_every, mode)
+        run = train.make_train(task.init, task.sample, task.evaluate, n, optimizer(task, lr),
+                               train.cross_entropy, None, setup.eval_every, mode)[0]
         keys = jax.random.split(jax.random.key(setup.seed), setup.seeds)
+        earlier = 0.0 if state is None or not state.exists() else \
+            checkpoints.read_info(state)["seconds"]  # a run stopped part-way: its seconds
         begin = time.perf_counter()
-        if state is None:
-            result = run(task.data, keys, setup.steps(task.name))
-            seconds = time.perf_counter() - begin
-            losses = np.asarray(result.train_loss).tolist()
-            curve = np.asarray(result.evaluation[task.metric]).tolist()
-            final = result.evaluation[task.metric][:, -1].tolist()
-        else:
-            losses, curve, seconds = _train_kept(task, setup, keys, start, chunk, measure,
-                                                 state, key)
-            seconds += time.perf_counter() - begin
-            final = [c[-1] for c in curve]
+        result = run(task.data, keys, setup.steps(task.name), progress=state)
+        seconds = earlier + time.perf_counter() - begin
         steps = np.arange(1, setup.steps(task.name) // setup.eval_every + 1) * setup.eval_every
         return {"rule": rule, "n": n, "mode": mode, "lr": lr, "steps": steps.tolist(),
-                "train_loss": losses, "curve": curve, "final": final, "seconds": seconds}
+                "train_loss": np.asarray(result.train_loss).tolist(),
+                "curve": np.asarray(result.evaluation[task.metric]).tolist(),
+                "final": result.evaluation[task.metric][:, -1].tolist(), "seconds": seconds}
 
     out = kept(key, make)
     if state is not None:
         state.unlink(missing_ok=True)  # the finished run is kept whole
     return out
-
-
-def _train_kept(task: Task, setup: Setup, keys: jax.Array, start, chunk, measure, path,
-                key) -> tuple[list, list, float]:
-    """``make_train``'s ``train`` loop, call for call, keeping the state after every chunk
-    at ``path`` (the arrays; the losses and evaluations so far, the seconds and ``key`` in
-    its header) and going on from a state kept there: the per-seed losses and evaluated
-    metric per chunk, and the seconds of the earlier runs."""
-    init_keys, data_keys = jax.vmap(jax.random.split, out_axes=1)(keys)
-    state = start(init_keys)
-    losses, evaluations, seconds = [], [], 0.0
-    named = json.dumps(key, sort_keys=True, default=str)
-    header = checkpoints.resume(path, state, key=named)
-    if header is not None:
-        state, info = header
-        losses, evaluations, seconds = info["losses"], info["evaluations"], info["seconds"]
-    begin = time.perf_counter()
-    for i in range(len(losses), setup.steps(task.name) // setup.eval_every):
-        state, mean_loss = chunk(task.data, state, jax.vmap(jax.random.fold_in, (0, None))(
-            data_keys, i))
-        losses.append(np.asarray(mean_loss).tolist())
-        evaluations.append(np.asarray(measure(task.data, state[0])[task.metric]).tolist())
-        checkpoints.save(path, state, key=named, losses=losses, evaluations=evaluations,
-                         seconds=seconds + time.perf_counter() - begin)
-    return ([list(seed) for seed in zip(*losses, strict=True)],
-            [list(seed) for seed in zip(*evaluations, strict=True)], seconds)
 
 
 def train_rules(setup: Setup, name: str, on_rule: Callable[[dict], None] | None = None,
