@@ -256,8 +256,7 @@ def _train(setup: Setup, kind: str, train_x: jax.Array, test_x: jax.Array, on_ev
     if path is not None and path.exists():  # an unfinished run: continue after its last chunk
         state, info = checkpoints.load(path, state)
         done, before = info["chunks"], info["seconds"]
-        losses = [np.asarray(v, info["dtypes"][0]) for v in info["losses"]]
-        tests = [np.asarray(v, info["dtypes"][1]) for v in info["tests"]]
+        losses, tests = checkpoints.from_json([info["losses"], info["tests"]])
         steps = [(i + 1) * setup.eval_every for i in range(done)]
         kept.chunks = getattr(kept, "chunks", 0) + done
     begin = time.perf_counter()
@@ -269,9 +268,7 @@ def _train(setup: Setup, kind: str, train_x: jax.Array, test_x: jax.Array, on_ev
         if path is not None:
             checkpoints.save(path, state, chunks=i + 1,
                              seconds=before + time.perf_counter() - begin,
-                             dtypes=[str(losses[-1].dtype), str(tests[-1].dtype)],
-                             losses=[v.tolist() for v in losses],
-                             tests=[v.tolist() for v in tests])
+                             losses=checkpoints.to_json(losses), tests=checkpoints.to_json(tests))
         if on_eval is not None:
             on_eval(kind, steps[-1], tests[-1])
     seconds = before + time.perf_counter() - begin

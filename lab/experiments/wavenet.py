@@ -346,8 +346,7 @@ def _train(setup: Setup, model: eqx.Module, loss, steps: int, lr: float, data: C
     if progress is not None and progress.exists():
         (model, state), info = checkpoints.load(progress, (model, state))
         done, spent, evaluations = info["done"], info["seconds"], info["evaluations"]
-        losses = [np.asarray(info["loss"], info["loss_dtype"])]
-        aux = [{k: np.asarray(v, info["aux_dtypes"][k]) for k, v in info["aux"].items()}]
+        losses, aux = checkpoints.from_json([info["losses"], info["aux"]])
     begin = saved = time.perf_counter()
     for i in range(done, steps // setup.chunk):
         model, state, values, extra = run(model, state, audio, cond,
@@ -362,12 +361,9 @@ def _train(setup: Setup, model: eqx.Module, loss, steps: int, lr: float, data: C
             on_chunk(step, float(values.mean()), evaluations[-1] if evaluated else None)
         if progress is not None and step < steps and time.perf_counter() - saved >= SAVE_EVERY:
             saved = time.perf_counter()
-            so_far = {k: np.concatenate([a[k] for a in aux]) for k in aux[0]}
             checkpoints.save(progress, (model, state), done=i + 1, evaluations=evaluations,
-                             seconds=spent + saved - begin, loss=np.concatenate(losses).tolist(),
-                             loss_dtype=str(losses[0].dtype),
-                             aux={k: v.tolist() for k, v in so_far.items()},
-                             aux_dtypes={k: str(v.dtype) for k, v in so_far.items()})
+                             seconds=spent + saved - begin, losses=checkpoints.to_json(losses),
+                             aux=checkpoints.to_json(aux))
     return {"model": model, "steps": list(range(1, steps + 1)),
             "loss": np.concatenate(losses).tolist(),
             "aux": {k: np.concatenate([a[k] for a in aux]).tolist() for k in aux[0]},
