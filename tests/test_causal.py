@@ -263,3 +263,42 @@ def test_keras_candidates_are_relu_with_glorot_weights_and_zero_biases():
     w1, w2, w3 = (np.asarray(layer.weight[0]) for layer in linear)
     relu = lambda v: np.maximum(v, 0.0)  # noqa: E731
     np.testing.assert_allclose(one(x), w3 @ relu(w2 @ relu(w1 @ x)), rtol=1e-5, atol=1e-6)
+
+
+def test_training_stopped_part_way_continues_from_its_progress_file_to_one_calls_numbers(
+        tmp_path, monkeypatch):
+    import equinox as eqx
+
+    from lab.train import causal_selection as train
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((100, 3)).astype(np.float32)
+    y = x.sum(1).astype(np.float32)
+    schedule = train.Schedule(steps=40, batch=8, lr=1e-2, optimizer="sgd", every=5,
+                              patience=2)
+    models = train.candidates(jax.random.key(0), 3, inputs=3, hidden=8, network="keras")
+    keys = jax.random.split(jax.random.key(1), 3)
+    whole, whole_log = train.train(models, keys, x, y, x[:30], y[:30], schedule)
+    progress, advance, pieces = tmp_path / "state.eqx", train._advance, []
+
+    def stopped(*args):  # the run is interrupted during its fourth piece of 5 steps
+        pieces.append(args[3])
+        if len(pieces) == 4:
+            raise KeyboardInterrupt
+        return advance(*args)
+
+    monkeypatch.setattr(train, "_advance", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        train.train(models, keys, x, y, x[:30], y[:30], schedule, progress=progress,
+                    save_every=0)
+    assert train.checkpoint.read_info(progress)["done"] == 15
+    monkeypatch.setattr(train, "_advance", advance)
+    resumed, log = train.train(models, keys, x, y, x[:30], y[:30], schedule,
+                               progress=progress, save_every=0)
+    assert log["seconds_before"] > 0 and log["loss"].shape == (3, 40)
+    for a, b in zip(jax.tree.leaves(eqx.filter(whole, eqx.is_array)),
+                    jax.tree.leaves(eqx.filter(resumed, eqx.is_array)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(whole_log["loss"], log["loss"])
+    np.testing.assert_array_equal(whole_log["held"], log["held"])
+    np.testing.assert_array_equal(whole_log["stopped_at"], log["stopped_at"])

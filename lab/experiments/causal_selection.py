@@ -68,14 +68,17 @@ the rule ``flipped_search``. Its deviations from the official code:
 With ``checkpoint`` (on in ``claim`` and ``paper``) each finished trial, synthetic or
 diabetes, is kept under ``$LAB_CHECKPOINT_DIR`` (``kept``, ``lab.train.checkpoint.Kept``), its
 arrays with their dtypes, so a run stopped at a deadline and resumed reads the trials it
-finished back (with the seconds they took then) and makes only the rest: the same numbers. A
-trial is kept whole, not part-way: a ``paper`` trial's training is one compiled call.
+finished back (with the seconds they took then) and makes only the rest: the same numbers. An
+unfinished trial's training keeps its state as it goes (``train.train``'s ``progress``: pieces
+of ``stop_every`` steps, the state saved at most once a minute), so a ``paper`` trial (7-11
+minutes here) continues across windows shorter than itself, to the same numbers.
 """
 
 import dataclasses
 import functools
 import importlib
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -279,28 +282,32 @@ def standardise(train_rows: np.ndarray, *others: np.ndarray) -> list[np.ndarray]
 
 
 def fit_candidates(setup: Setup, seed: int, x: np.ndarray, y: np.ndarray,
-                   x_stop: np.ndarray, y_stop: np.ndarray):
+                   x_stop: np.ndarray, y_stop: np.ndarray, progress: Path | None = None):
     """``candidates`` MLPs on ``(x, y)``, differing only in their seed, early-stopped on
-    ``(x_stop, y_stop)`` if ``stop_every``: ``(models, log)``."""
+    ``(x_stop, y_stop)`` if ``stop_every``: ``(models, log)``. With ``progress`` (a file)
+    the training keeps its state there as it goes and continues from it (``train.train``)."""
     key_models, key_batches = jax.random.split(jax.random.key(seed))
     models = train.candidates(key_models, setup.candidates, x.shape[1], setup.hidden,
                               setup.network)
     keys = jax.random.split(key_batches, setup.candidates)
     f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
-    return train.train(models, keys, f32(x), f32(y), f32(x_stop), f32(y_stop), setup.schedule)
+    return train.train(models, keys, f32(x), f32(y), f32(x_stop), f32(y_stop), setup.schedule,
+                       progress=progress)
 
 
 def evaluate(setup: Setup, seed: int, names: tuple[str, ...], target: str,
              train_data: np.ndarray, stopping: np.ndarray, selection: np.ndarray,
              tests: dict[str, np.ndarray],
-             graph: Graph, impostor: Graph, knowledge: Knowledge | None = None
-             ) -> dict[str, Any]:
-    """Steps 2-5 of the module docstring on standardised data (columns in ``names`` order)."""
+             graph: Graph, impostor: Graph, knowledge: Knowledge | None = None,
+             progress: Path | None = None) -> dict[str, Any]:
+    """Steps 2-5 of the module docstring on standardised data (columns in ``names`` order);
+    ``progress``: as ``fit_candidates``'s (the training seconds then count those spent
+    before a resume)."""
     j = names.index(target)
     inputs = [i for i in range(len(names)) if i != j]
     started = time.perf_counter()
     models, log = fit_candidates(setup, seed, train_data[:, inputs], train_data[:, j],
-                                 stopping[:, inputs], stopping[:, j])
+                                 stopping[:, inputs], stopping[:, j], progress)
     predict = lambda data: np.asarray(train.predict(models, np.asarray(data[:, inputs],  # noqa: E731
                                                                          np.float32)), float)
     on_selection = predict(selection)
@@ -308,7 +315,7 @@ def evaluate(setup: Setup, seed: int, names: tuple[str, ...], target: str,
     spread = on_selection.std(axis=1)
     ood = {shift: np.mean((predict(data) - data[:, j]) ** 2, axis=1)
            for shift, data in tests.items()}
-    trained = time.perf_counter() - started
+    trained = time.perf_counter() - started + log.get("seconds_before", 0.0)
 
     causal, floored, seconds = {}, {}, {}
     graphs = [("causal", graph), ("impostor", impostor)]
@@ -385,8 +392,10 @@ def _sink_target(rng: np.random.Generator, graph: Graph) -> int | None:
     return int(rng.choice(sinks)) if sinks else None
 
 
-def trial(setup: Setup, nodes: int, mechanism: str, repeat: int) -> dict[str, Any]:
-    """One synthetic trial (the module docstring); reproducible from its arguments."""
+def trial(setup: Setup, nodes: int, mechanism: str, repeat: int,
+          progress: Path | None = None) -> dict[str, Any]:
+    """One synthetic trial (the module docstring); reproducible from its arguments;
+    ``progress``: as ``fit_candidates``'s."""
     seed = int(np.random.SeedSequence([setup.seed, nodes, MECHANISMS.index(mechanism),
                                        repeat]).generate_state(1)[0])
     rng = np.random.default_rng(seed)
@@ -421,7 +430,8 @@ def trial(setup: Setup, nodes: int, mechanism: str, repeat: int) -> dict[str, An
     train_data, stopping, selection, *test_data = (standardise(*parts) if setup.standardise
                                                    else parts)
     out = evaluate(setup, seed, graph.names, graph.names[target], train_data, stopping,
-                   selection, dict(zip(tests, test_data, strict=True)), graph, impostor)
+                   selection, dict(zip(tests, test_data, strict=True)), graph, impostor,
+                   progress=progress)
     return out | {"nodes": nodes, "mechanism": mechanism, "repeat": repeat,
                   "shifted_input": graph.names[shifted], "seed": seed, "recovered": recovered}
 
@@ -461,7 +471,7 @@ def diabetes_graph() -> Graph:
     return ges(data, names, Knowledge(tiers=DIABETES_TIERS)).graph
 
 
-def diabetes_trial(setup: Setup, repeat: int) -> dict[str, Any]:
+def diabetes_trial(setup: Setup, repeat: int, progress: Path | None = None) -> dict[str, Any]:
     """One real-data trial: a random input and side; its most extreme ``diabetes_hold_out``
     rows are the shifted domain, the rest split 3:1:1 into training, stopping and selection
     rows (3:1 into training and selection without early stopping)."""
@@ -483,7 +493,8 @@ def diabetes_trial(setup: Setup, repeat: int) -> dict[str, Any]:
     density = graph.edges.sum() / (len(names) * (len(names) - 1) / 2)
     impostor = random_dag(rng, len(names), float(density), names)
     out = evaluate(setup, seed, names, "progression", train_data, stopping, selection,
-                   {"held_out": shifted}, graph, impostor, Knowledge(tiers=DIABETES_TIERS))
+                   {"held_out": shifted}, graph, impostor, Knowledge(tiers=DIABETES_TIERS),
+                   progress=progress)
     return out | {"repeat": repeat, "shifted_input": names[variable], "side": side,
                   "seed": seed}
 
@@ -506,14 +517,14 @@ def study(setup: Setup, on_trial=None, kept: checkpoints.Kept | None = None
         for repeat in range(setup.repeats):
             out.setdefault(name, []).append(_kept_trial(
                 kept, ["synthetic", _unit(setup, SYNTHETIC_ONLY), nodes, mechanism, repeat],
-                lambda nodes=nodes, mechanism=mechanism, repeat=repeat: trial(
-                    setup, nodes, mechanism, repeat)))
+                lambda progress, nodes=nodes, mechanism=mechanism, repeat=repeat: trial(
+                    setup, nodes, mechanism, repeat, progress)))
             if on_trial:
                 on_trial(name, out[name][-1])
     for repeat in range(setup.diabetes_repeats):
         out.setdefault("diabetes", []).append(_kept_trial(
             kept, ["diabetes", _unit(setup, DIABETES_ONLY), repeat],
-            lambda repeat=repeat: diabetes_trial(setup, repeat)))
+            lambda progress, repeat=repeat: diabetes_trial(setup, repeat, progress)))
         if on_trial:
             on_trial("diabetes", out["diabetes"][-1])
     return out
@@ -534,12 +545,17 @@ def _unit(setup: Setup, other: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _kept_trial(kept: checkpoints.Kept, key: list[Any], make) -> dict[str, Any]:
-    """``make()``'s trial, or the one ``kept`` under ``key``; without a folder, ``make()``'s
-    value as it is."""
+    """``make(progress)``'s trial, or the one ``kept`` under ``key``; without a folder,
+    ``make(None)``'s value as it is. With a folder, an unfinished trial's training keeps its
+    state in ``progress`` (``state-<digest>.eqx`` beside the kept trials) as it goes and a
+    rerun continues it; the file goes once the trial is kept."""
     if kept.folder is None:
-        return kept(key, make)
-    return checkpoints.from_json(kept(key, lambda: checkpoints.to_json(make()),
-                                      prefix="trial-"))
+        return kept(key, lambda: make(None))
+    progress = kept.path(key, "state-").with_suffix(".eqx")
+    trial = checkpoints.from_json(kept(key, lambda: checkpoints.to_json(make(progress)),
+                                       prefix="trial-"))
+    progress.unlink(missing_ok=True)
+    return trial
 
 
 # the code that makes a kept trial (the functions as defined here, not as a test replaces them)

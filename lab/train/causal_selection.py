@@ -16,15 +16,19 @@ same keys and data give the same models, whether the models are trained together
 or one at a time (a test checks it).
 """
 
+import time
 from collections.abc import Sequence
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from lab.models.feedforward import mlp
+from lab.train import checkpoint
 
 OPTIMIZERS = ("adam", "sgd")
 NETWORKS = ("tanh", "keras")
@@ -87,13 +91,12 @@ def optimizer_of(schedule: Schedule) -> optax.GradientTransformation:
     return optax.adam(schedule.lr)
 
 
-def train_one(model: eqx.Module, key: jax.Array, x: jax.Array, y: jax.Array,
-              x_stop: jax.Array, y_stop: jax.Array, schedule: Schedule
-              ) -> tuple[eqx.Module, dict[str, jax.Array]]:
-    """``schedule.steps`` steps on minibatches drawn with ``key`` (``lax.scan``); returns the
-    best model on the stopping split (the last one without early stopping) and a log: the
-    minibatch loss per step, the stopping-split loss where measured (NaN elsewhere), and the
-    step at which the weights stopped changing (``steps`` if they never did)."""
+def _parts(model: eqx.Module, x: jax.Array, y: jax.Array, x_stop: jax.Array,
+           y_stop: jax.Array, schedule: Schedule):
+    """``(carry, step, finish)`` of one model's training: the first carry, the scan's step
+    ``(carry, (i, key)) -> (carry, (loss, held))`` and ``finish(carry) -> (model,
+    stopped_at)``. ``train_one`` scans every step at once; ``train`` with ``progress`` scans
+    them a piece at a time, with the same step."""
     optimizer = optimizer_of(schedule)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     pick = lambda c, a, b: jax.tree.map(lambda u, v: jnp.where(c, u, v), a, b)  # noqa: E731
@@ -128,21 +131,81 @@ def train_one(model: eqx.Module, key: jax.Array, x: jax.Array, y: jax.Array,
             held = jnp.asarray(jnp.nan)
         return (params, state, best, best_loss, bad, stopped_at), (loss, held)
 
+    def finish(carry):
+        params, _, best, _, _, stopped_at = carry
+        return eqx.combine(best if schedule.every else params, static), stopped_at
+
     carry = (params, optimizer.init(params), params, jnp.asarray(jnp.inf), jnp.asarray(0),
              jnp.asarray(schedule.steps))
-    steps = (jnp.arange(schedule.steps), jax.random.split(key, schedule.steps))
-    (params, _, best, _, _, stopped_at), (losses, held) = jax.lax.scan(step, carry, steps)
-    final = best if schedule.every else params
-    return eqx.combine(final, static), {"loss": losses, "held": held,
-                                        "stopped_at": stopped_at}
+    return carry, step, finish
+
+
+def _inputs(key: jax.Array, schedule: Schedule) -> tuple[jax.Array, jax.Array]:
+    """Each step's index and minibatch key."""
+    return jnp.arange(schedule.steps), jax.random.split(key, schedule.steps)
+
+
+def train_one(model: eqx.Module, key: jax.Array, x: jax.Array, y: jax.Array,
+              x_stop: jax.Array, y_stop: jax.Array, schedule: Schedule
+              ) -> tuple[eqx.Module, dict[str, jax.Array]]:
+    """``schedule.steps`` steps on minibatches drawn with ``key`` (``lax.scan``); returns the
+    best model on the stopping split (the last one without early stopping) and a log: the
+    minibatch loss per step, the stopping-split loss where measured (NaN elsewhere), and the
+    step at which the weights stopped changing (``steps`` if they never did)."""
+    carry, step, finish = _parts(model, x, y, x_stop, y_stop, schedule)
+    carry, (losses, held) = jax.lax.scan(step, carry, _inputs(key, schedule))
+    model, stopped_at = finish(carry)
+    return model, {"loss": losses, "held": held, "stopped_at": stopped_at}
+
+
+def train(models: eqx.Module, keys: jax.Array, x: jax.Array, y: jax.Array,
+          x_stop: jax.Array, y_stop: jax.Array, schedule: Schedule,
+          progress: Path | None = None, piece: int = 0, save_every: float = 60.0
+          ) -> tuple[eqx.Module, dict[str, Any]]:
+    """Every stacked model trained on ``(x, y)`` with its own key: ``(models, log)``, the
+    log's entries stacked per model (``loss``: ``(count, steps)``). Without ``progress``, in
+    one compiled call. With ``progress`` (a file) the steps run ``piece`` at a time (default
+    ``schedule.every``, else the whole run) and the training state and log so far are saved
+    there at most every ``save_every`` seconds (and ``seconds``, the training time spent, in
+    its header); a rerun continues from the file: the same steps from the same state, so the
+    same numbers as one call (a test checks it). The log then also holds ``seconds_before``,
+    the seconds spent before this call."""
+    if progress is None:
+        return _train_whole(models, keys, x, y, x_stop, y_stop, schedule)
+    piece = piece or schedule.every or schedule.steps
+    params, static = eqx.partition(models, eqx.is_array)
+    carry = _start(params, static, keys, x, y, x_stop, y_stop, schedule)
+    step_keys = jax.vmap(lambda k: _inputs(k, schedule)[1])(keys)
+    # the state and the log so far, the log's length (``done`` steps) read from the header
+    done = checkpoint.read_info(progress)["done"] if Path(progress).exists() else 0
+    empty = np.zeros((len(keys), done), np.float32)
+    saved = checkpoint.resume(progress, (carry, empty, empty), steps=schedule.steps,
+                              piece=piece)
+    losses, held, before = [], [], 0.0
+    if saved is not None:
+        (carry, loss, held_loss), info = saved
+        losses, held, before = [np.asarray(loss)], [np.asarray(held_loss)], info["seconds"]
+    begin = last = time.perf_counter()
+    while done < schedule.steps:
+        stop = min(done + piece, schedule.steps)
+        carry, (loss, held_loss) = _advance(carry, static, jnp.asarray(done), stop - done,
+                                            step_keys, x, y, x_stop, y_stop, schedule)
+        losses.append(np.asarray(loss))
+        held.append(np.asarray(held_loss))
+        done = stop
+        if done < schedule.steps and time.perf_counter() - last >= save_every:
+            checkpoint.save(progress, (carry, np.concatenate(losses, 1),
+                                       np.concatenate(held, 1)),
+                            steps=schedule.steps, piece=piece, done=done,
+                            seconds=before + time.perf_counter() - begin)
+            last = time.perf_counter()
+    models, stopped_at = _finish(carry, static, x, y, x_stop, y_stop, schedule)
+    return models, {"loss": np.concatenate(losses, 1), "held": np.concatenate(held, 1),
+                    "stopped_at": stopped_at, "seconds_before": before}
 
 
 @eqx.filter_jit
-def train(models: eqx.Module, keys: jax.Array, x: jax.Array, y: jax.Array,
-          x_stop: jax.Array, y_stop: jax.Array, schedule: Schedule
-          ) -> tuple[eqx.Module, dict[str, jax.Array]]:
-    """Every stacked model trained on ``(x, y)`` with its own key, in one compiled call:
-    ``(models, log)``, the log's entries stacked per model (``loss``: ``(count, steps)``)."""
+def _train_whole(models, keys, x, y, x_stop, y_stop, schedule):
     params, static = eqx.partition(models, eqx.is_array)
 
     def one(p, key):
@@ -151,6 +214,34 @@ def train(models: eqx.Module, keys: jax.Array, x: jax.Array, y: jax.Array,
 
     params, log = jax.vmap(one)(params, keys)
     return eqx.combine(params, static), log
+
+
+@eqx.filter_jit
+def _start(params, static, keys, x, y, x_stop, y_stop, schedule):
+    return jax.vmap(lambda p: _parts(eqx.combine(p, static), x, y, x_stop, y_stop,
+                                     schedule)[0])(params)
+
+
+@eqx.filter_jit
+def _advance(carry, static, start, count, step_keys, x, y, x_stop, y_stop, schedule):
+    """Steps ``start ... start + count - 1`` (``start`` traced, so every piece of one length
+    shares a program) from ``carry``."""
+    def one(c, keys):
+        # the step reads only the model's static part from the model _parts is given
+        _, step, _ = _parts(eqx.combine(c[0], static), x, y, x_stop, y_stop, schedule)
+        return jax.lax.scan(step, c, (start + jnp.arange(count),
+                                      jax.lax.dynamic_slice_in_dim(keys, start, count)))
+    return jax.vmap(one)(carry, step_keys)
+
+
+@eqx.filter_jit
+def _finish(carry, static, x, y, x_stop, y_stop, schedule):
+    def one(c):
+        model, stopped_at = _parts(eqx.combine(c[0], static), x, y, x_stop, y_stop,
+                                   schedule)[2](c)
+        return eqx.filter(model, eqx.is_array), stopped_at
+    params, stopped_at = jax.vmap(one)(carry)
+    return eqx.combine(params, static), stopped_at
 
 
 @eqx.filter_jit
