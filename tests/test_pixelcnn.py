@@ -313,6 +313,16 @@ def test_make_train_lowers_nll_and_seeds_are_independent():
             np.testing.assert_allclose(a[0], b[s], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(measure(alone, data)[0], after[s], rtol=1e-5)
 
+    # a chunk run a piece at a time (pieces of 4, 4, 2 steps) is the same chunk, bit for bit
+    first = start(stacked(models))
+    whole, whole_losses = run(first, data, keys[0])
+    pieces = [run(first, data, keys[0], 0, 4)]
+    for at, count in ((4, 4), (8, 2)):
+        pieces.append(run(pieces[-1][0], data, keys[0], at, count))
+    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(pieces[-1][0]), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(whole_losses, np.concatenate([p[1] for p in pieces], 1))
+
 
 # per-pixel likelihood and units --------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import pytest
 from IPython.display import Image
 
 from lab.experiments import pixelcnn as experiment
+from lab.train import checkpoint as checkpoints
 from tests.conftest import WAIT
 from tests.smoke import SMOKE
 
@@ -193,6 +194,47 @@ def test_model_runs_are_kept_continued_from_their_last_chunk_and_read_back(tmp_p
     assert experiment.kept(experiment.configure(**(params | {"checkpoint": True, "dataset":
                                                               "mnist_5k"}))).folder != folder
 
+
+
+def test_a_chunk_stopped_between_its_pieces_continues_to_the_same_numbers(tmp_path,
+                                                                          monkeypatch):
+    import equinox as eqx
+    import jax
+
+    params = NOTEBOOK | SMOKE["12_pixelcnn"] | {"models": ["sequential"], "group_shapes": [],
+                                                "steps": 3, "eval_every": 3, "batch": 2,
+                                                "channels": 4, "layers": 1}
+    x = np.random.default_rng(1).integers(0, 2, (6, 32, 32)).astype(np.int32)
+    setup = experiment.configure(**params)
+    fresh = experiment.train_model(setup, "sequential", x, x[:2])  # the chunk in one call
+    monkeypatch.setattr(experiment, "PIECE", 1)
+    monkeypatch.setattr(experiment, "SAVE_EVERY", 0.0)
+    start, calls = experiment._start, []
+
+    def stopping(setup, kind):  # a run whose third piece is interrupted
+        keys, state, run, measure = start(setup, kind)
+
+        def piece(*args):
+            calls.append(args[3:])
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+            return run(*args)
+        return keys, state, piece, measure
+
+    monkeypatch.setattr(experiment, "_start", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        experiment.train_model(setup, "sequential", x, x[:2], kept=experiment.KeptRuns(tmp_path))
+    assert calls == [(0, 1), (1, 1), (2, 1)]
+    state, = tmp_path.glob("state-*.eqx")  # saved after the second piece
+    assert checkpoints.read_info(state)["within"] == 2
+    monkeypatch.setattr(experiment, "_start", start)
+    again = experiment.train_model(setup, "sequential", x, x[:2],
+                                   kept=experiment.KeptRuns(tmp_path))
+    assert {k: v for k, v in again.items() if k not in ("models", "seconds")} == {
+        k: v for k, v in fresh.items() if k not in ("models", "seconds")}
+    for a, b in zip(*(jax.tree.leaves(eqx.filter(r["models"], eqx.is_array))
+                      for r in (again, fresh)), strict=True):
+        assert np.array_equal(a, b)
 
 def test_pixelcnn_panel_samples_live_group_by_group_and_pixel_by_pixel():
     from lab.widgets.pixelcnn_panel import pixelcnn_panel

@@ -24,11 +24,13 @@ a compiling call).
 
 With ``checkpoint`` (on in the long presets: ``claim``, ``eight_bit``, ``gap``) every model
 run of ``train_model`` (one kind over its seeds, in ``train_models`` and ``shape_study``)
-keeps its training state after each chunk of ``eval_every`` steps and, once finished, its
-numbers (``lab.train.checkpoint``; ``kept``), so a run stopped at a deadline and resumed
-reads finished runs back (their trained models too, their seconds as measured then) and
-continues an unfinished one from its last chunk, to the same numbers. The sampling times
-are measured again.
+keeps its training state after each chunk of ``eval_every`` steps, and within a chunk at
+most once a minute (the chunk run ``PIECE`` steps at a time: the same minibatches), and once
+finished its numbers (``lab.train.checkpoint``; ``kept``), so a run stopped at a deadline and
+resumed reads finished runs back (their trained models too, their seconds as measured then)
+and continues an unfinished one from where it was saved, to the same numbers: a ``gap``
+chunk (500 steps, longer than an 8-minute window here) continues across windows. The
+sampling times are measured again.
 """
 
 import dataclasses
@@ -70,6 +72,10 @@ from lab.train import checkpoint as checkpoints
 from lab.train import pixelcnn as train
 
 SIZE = 32  # the training images: 28x28 padded by 2 on each side
+# steps per call within a chunk when a run keeps its state (``checkpoint``): a ``gap`` chunk's
+# 500 steps run in pieces of about a minute here, so a window keeps what it trained
+PIECE = 50
+SAVE_EVERY = 60.0  # seconds between saves within a chunk
 EVAL_CHUNK = 300  # test images per evaluation call (the multiscale model's activations for
 #                   5,000 images x 3 seeds at once would take 50 GB)
 DATASETS = ("fashion_mnist", "mnist_5k")
@@ -252,16 +258,33 @@ def _train(setup: Setup, kind: str, train_x: jax.Array, test_x: jax.Array, on_ev
         chunks = [test_x[i:i + EVAL_CHUNK] for i in range(0, len(test_x), EVAL_CHUNK)]
         return sum(np.asarray(measure(state, c)) * len(c) for c in chunks) / len(test_x)
 
-    done, before = 0, 0.0
-    if path is not None and path.exists():  # an unfinished run: continue after its last chunk
+    done, within, part, before = 0, 0, [], 0.0
+    if path is not None and path.exists():  # an unfinished run: continue where it was saved
         state, info = checkpoints.load(path, state)
         done, before = info["chunks"], info["seconds"]
         losses, tests = checkpoints.from_json([info["losses"], info["tests"]])
+        within, part = info.get("within", 0), checkpoints.from_json(info.get("part", []))
         steps = [(i + 1) * setup.eval_every for i in range(done)]
         kept.chunks = getattr(kept, "chunks", 0) + done
-    begin = time.perf_counter()
+    begin = saved = time.perf_counter()
     for i in range(done, setup.steps // setup.eval_every):
-        state, loss = run(state, train_x, jax.vmap(jax.random.fold_in, (0, None))(step_keys, i))
+        keys = jax.vmap(jax.random.fold_in, (0, None))(step_keys, i)
+        if path is None:
+            state, loss = run(state, train_x, keys)
+        else:  # PIECE steps at a time, the state saved within the chunk at most once a minute
+            while within < setup.eval_every:
+                count = min(PIECE, setup.eval_every - within)
+                state, piece = run(state, train_x, keys, within, count)
+                part.append(np.asarray(piece))
+                within += count
+                if within < setup.eval_every and time.perf_counter() - saved >= SAVE_EVERY:
+                    checkpoints.save(path, state, chunks=i, within=within,
+                                     part=checkpoints.to_json(part),
+                                     seconds=before + time.perf_counter() - begin,
+                                     losses=checkpoints.to_json(losses),
+                                     tests=checkpoints.to_json(tests))
+                    saved = time.perf_counter()
+            loss, within, part = np.concatenate(part, 1), 0, []
         losses.append(np.asarray(loss))
         tests.append(evaluate(state))
         steps.append((i + 1) * setup.eval_every)
@@ -269,6 +292,7 @@ def _train(setup: Setup, kind: str, train_x: jax.Array, test_x: jax.Array, on_ev
             checkpoints.save(path, state, chunks=i + 1,
                              seconds=before + time.perf_counter() - begin,
                              losses=checkpoints.to_json(losses), tests=checkpoints.to_json(tests))
+            saved = time.perf_counter()
         if on_eval is not None:
             on_eval(kind, steps[-1], tests[-1])
     seconds = before + time.perf_counter() - begin

@@ -52,7 +52,9 @@ def make_train(optimizer: optax.GradientTransformation, batch: int, chunk: int
     """``start(models) -> state``, ``run(state, data, keys) -> (state, losses)`` (``chunk``
     steps per call, ``losses`` ``(seeds, chunk)``) and ``measure(state, x) -> nats``
     ``(seeds,)``; ``models`` are stacked over seeds (leading axis) and ``data`` ``(N, H, W)``
-    integer images shared by every seed."""
+    integer images shared by every seed. ``run(state, data, keys, at, count)`` runs steps
+    ``at ... at + count - 1`` of the chunk alone (the same minibatches: the same numbers as
+    the whole chunk, a piece at a time)."""
 
     def step(state: TrainState, x: jax.Array) -> tuple[TrainState, jax.Array]:
         params, static = eqx.partition(state.model, eqx.is_inexact_array)
@@ -61,17 +63,33 @@ def make_train(optimizer: optax.GradientTransformation, batch: int, chunk: int
         return TrainState(eqx.combine(optax.apply_updates(params, updates), static),
                           opt_state), loss
 
-    def one_seed(state: TrainState, data: jax.Array, key: jax.Array):
+    def steps(state: TrainState, data: jax.Array, keys: jax.Array):
         def body(state, key):
             index = jax.random.randint(key, (batch,), 0, data.shape[0])
             return step(state, data[index])
-        return jax.lax.scan(body, state, jax.random.split(key, chunk))
+        return jax.lax.scan(body, state, keys)
+
+    def one_seed(state: TrainState, data: jax.Array, key: jax.Array):
+        return steps(state, data, jax.random.split(key, chunk))
+
+    def piece_one_seed(state: TrainState, data: jax.Array, key: jax.Array, at, count: int):
+        keys = jax.lax.dynamic_slice_in_dim(jax.random.split(key, chunk), at, count)
+        return steps(state, data, keys)
 
     def start(models: eqx.Module) -> TrainState:
         init = eqx.filter_vmap(lambda m: optimizer.init(eqx.filter(m, eqx.is_inexact_array)))
         return TrainState(models, init(models))
 
-    run = eqx.filter_jit(eqx.filter_vmap(one_seed, in_axes=(0, None, 0)))
+    whole = eqx.filter_jit(eqx.filter_vmap(one_seed, in_axes=(0, None, 0)))
+    # ``at`` traced, so the pieces of one length share a program
+    piece = eqx.filter_jit(eqx.filter_vmap(piece_one_seed, in_axes=(0, None, 0, None, None)))
+
+    def run(state: TrainState, data: jax.Array, keys: jax.Array, at: int | None = None,
+            count: int | None = None) -> tuple[TrainState, jax.Array]:
+        if at is None:
+            return whole(state, data, keys)
+        return piece(state, data, keys, jnp.asarray(at, jnp.int32), count)
+
     measure = eqx.filter_jit(eqx.filter_vmap(lambda s, x: nll(s.model, x), in_axes=(0, None)))
     return start, run, measure
 
