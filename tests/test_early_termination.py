@@ -251,18 +251,49 @@ def test_kept_units_are_read_back_and_an_unfinished_group_continues(tmp_path, mo
     assert et.kept(et.configure(**NOTEBOOK), "a2c").folder is None  # off: nothing kept
 
     runs = tmp_path / "run"
-    stale = runs / "sweeps" / f"{setup.a2c.name}-hypertrick-seed0.db"
-    stale.parent.mkdir(parents=True)
-    stale.write_text("an interrupted live sweep")
     pair = {"hypertrick_seconds": 1.5, "random_seconds": 2.5}
-    monkeypatch.setattr(sweep_module, "compare", lambda *args, **kwargs: pair)
+    reused = []
+    monkeypatch.setattr(sweep_module, "compare",
+                        lambda *args, **kwargs: reused.append(kwargs["reuse"]) or pair)
     monkeypatch.setattr(sweep_module, "verdict", lambda spec, pairs: {
         "comparisons": [{"hypertrick_best": float("nan"), "random_best": 6.0}],
         "hypertrick_seconds": [1.5], "random_seconds": [2.5]})
     live = et.live(setup.a2c, runs, kept=et.kept(setup, "live"))
-    assert not stale.exists() and stale.with_suffix(".interrupted.db").exists()
+    assert reused == [True]  # kept: each study of the pair is read back once finished
     monkeypatch.setattr(sweep_module, "compare", never)
     kept_live = et.kept(setup, "live")
     back = et.live(setup.a2c, runs, kept=kept_live)
     assert kept_live.loaded == 1 and np.isnan(back.pop("hypertrick_best"))
     assert back == {k: v for k, v in live.items() if k != "hypertrick_best"}
+
+
+def test_a_finished_study_is_read_back_and_an_unfinished_one_set_aside(tmp_path, monkeypatch):
+    import dataclasses
+
+    from lab.experiments import sweeps as sweep_module
+    from lab.sweeps import study as studies
+
+    spec = et.configure(**NOTEBOOK).a2c
+    spec = dataclasses.replace(spec, name="live-hypertrick-seed0", trials=2)
+    ran = []
+
+    def sweep(spec, *, out, storage=None, stop=False):  # a sweep of two trials, no kernels
+        ran.append(spec.name)
+        study = studies.create(spec, studies.default_storage(out, spec.name))
+        if stop:
+            raise KeyboardInterrupt  # a deadline before its trials ran
+        for _ in range(spec.trials):
+            study.tell(study.ask(), 1.0)
+        return study
+
+    monkeypatch.setattr(sweep_module, "run_sweep", lambda *a, **k: sweep(*a, **k, stop=True))
+    with pytest.raises(KeyboardInterrupt):
+        sweep_module._sweep(spec, tmp_path, None, True)
+    db = tmp_path / "sweeps" / "live-hypertrick-seed0.db"
+    monkeypatch.setattr(sweep_module, "run_sweep", sweep)
+    study, seconds = sweep_module._sweep(spec, tmp_path, None, True)  # unfinished: anew
+    assert db.with_suffix(".interrupted.db").exists() and len(study.trials) == 2
+    monkeypatch.setattr(sweep_module, "run_sweep", None)  # finished: read back
+    again, seconds_again = sweep_module._sweep(spec, tmp_path, None, True)
+    assert seconds_again == seconds and [t.value for t in again.trials] == [1.0, 1.0]
+    assert ran == ["live-hypertrick-seed0"] * 2

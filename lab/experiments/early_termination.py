@@ -35,7 +35,10 @@ With ``checkpoint`` (on in ``claim``) what a run finishes is kept (:func:`kept`,
 minute while it trains), each MPO configuration's run (its state after every evaluation,
 through ``policy_improvement.train``) and the live sweep's result. A run stopped at a deadline
 and resumed reads them back and continues an unfinished group from its last kept state, to
-the same numbers; the live sweep is one unit (its seconds, and its outcome, as measured then).
+the same numbers. The live sweep's two studies (HyperTrick's, then random search's; about
+9 minutes together in ``claim`` here) are each a unit: one that finished is read back from its
+database under the run's folder with its seconds as measured then, an unfinished one is set
+aside and run again; the finished pair is kept as one result.
 """
 
 import dataclasses
@@ -43,7 +46,6 @@ import hashlib
 import importlib
 import inspect
 import math
-import os
 import time
 import warnings
 from collections.abc import Callable
@@ -465,17 +467,15 @@ def live(spec: SweepSpec, out: Path, storage: str | None = None,
          kept: checkpoints.Kept | None = None) -> dict[str, Any]:
     """HyperTrick then random search on its compute, live (SQLite, ``spec.workers``). With
     ``kept`` (:func:`kept`) the result is kept once finished and read back by a rerun (its
-    outcome and seconds as measured then); a rerun after an unfinished live sweep moves its
-    studies' databases aside (``*.interrupted.db``) and runs it again."""
+    outcome and seconds as measured then); a rerun after an unfinished live sweep reads back
+    a study that finished (HyperTrick's, about half the sweep) and sets an unfinished one's
+    database aside (``*.interrupted.db``) to run it again (``sweeps.compare``'s ``reuse``)."""
     from lab.experiments import sweeps
 
     def make():
-        if kept is not None and kept.folder is not None and storage is None:
-            for method in ("hypertrick", "random"):
-                db = Path(out) / "sweeps" / f"{spec.name}-{method}-seed{spec.seed}.db"
-                if db.exists():
-                    os.replace(db, db.with_suffix(".interrupted.db"))
-        pair = sweeps.compare(spec, spec.seed, out, storage=storage, name=spec.name)
+        reuse = kept is not None and kept.folder is not None and storage is None
+        pair = sweeps.compare(spec, spec.seed, out, storage=storage, name=spec.name,
+                              reuse=reuse)
         m = sweeps.verdict(spec, [pair])
         return m["comparisons"][0] | {"hypertrick_seconds": m["hypertrick_seconds"][0],
                                       "random_seconds": m["random_seconds"][0]}

@@ -13,6 +13,7 @@ difference of the two best final metrics, decided by the shared rule
 
 import inspect
 import math
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +37,8 @@ from lab.runs.params import with_preset
 from lab.sweeps import load_spec, run_sweep
 from lab.sweeps import report as sweep_report
 from lab.sweeps.spec import SweepSpec
-from lab.sweeps.study import compute, expected_survivors
+from lab.sweeps.study import compute, default_storage, expected_survivors
+from lab.sweeps.study import load as load_study
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -77,21 +79,43 @@ PARAMETERS = tuple(inspect.signature(configure).parameters)
 
 
 def compare(spec: SweepSpec, seed: int, out: Path, storage: str | None = None,
-            name: str = "sweep") -> dict[str, Any]:
-    """One comparison: HyperTrick, then random search on the compute HyperTrick used."""
+            name: str = "sweep", reuse: bool = False) -> dict[str, Any]:
+    """One comparison: HyperTrick, then random search on the compute HyperTrick used. With
+    ``reuse`` (the default SQLite storage only), a study of either that finished under
+    ``out`` before (a run stopped at a deadline, then resumed) is read back with the seconds
+    it took then, and an unfinished one is set aside (``*.interrupted.db``) and run again:
+    each study is a unit that a deadline keeps once finished."""
     hypertrick = replace(spec, name=f"{name}-hypertrick-seed{seed}", seed=seed,
                          pruner="hypertrick", sampler="random")
-    start = time.monotonic()
-    ht = run_sweep(hypertrick, out=out, storage=storage)
-    ht_seconds = time.monotonic() - start
+    ht, ht_seconds = _sweep(hypertrick, out, storage, reuse)
     used = compute(ht.get_trials(), spec.phases)
     budget = max(1, math.floor(used + 1e-9))
     random = replace(hypertrick, name=f"{name}-random-seed{seed}", pruner="none",
                      trials=budget)
-    start = time.monotonic()
-    rs = run_sweep(random, out=out, storage=storage)
+    rs, rs_seconds = _sweep(random, out, storage, reuse)
     return {"seed": seed, "hypertrick": ht, "random": rs, "hypertrick_seconds": ht_seconds,
-            "random_seconds": time.monotonic() - start}
+            "random_seconds": rs_seconds}
+
+
+def _sweep(spec: SweepSpec, out: Path, storage: str | None, reuse: bool):
+    """``run_sweep``'s study and its seconds, which it records in the study once finished
+    (``user_attrs["seconds"]``); with ``reuse`` (``compare``'s) a finished one is read back."""
+    if reuse and storage is None:
+        db = Path(out) / "sweeps" / f"{spec.name}.db"
+        if db.exists():
+            try:
+                study, _ = load_study(default_storage(out, spec.name), spec.name,
+                                      check_notebook=False)
+                if "seconds" in study.user_attrs:
+                    return study, study.user_attrs["seconds"]
+            except ValueError:  # no such study in it: an unfinished file
+                pass
+            os.replace(db, db.with_suffix(".interrupted.db"))
+    start = time.monotonic()
+    study = run_sweep(spec, out=out, storage=storage)
+    seconds = time.monotonic() - start
+    study.set_user_attr("seconds", seconds)
+    return study, seconds
 
 
 def best_value(study) -> float:

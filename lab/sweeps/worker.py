@@ -160,7 +160,17 @@ def run_sweep(spec: SweepSpec, *, out: str | Path = "reports", storage: str | No
     commands = [[sys.executable, "-m", "lab", "sweep", "worker", "--storage", url, "--study",
                  spec.name, "--out", str(out), "--worker", str(i)] for i in range(count)]
     processes = [subprocess.Popen(c) for c in commands]
-    codes = [p.wait() for p in processes]
+    try:
+        codes = [p.wait() for p in processes]
+    except BaseException:  # stopped (a deadline, Ctrl-C): no worker goes on writing the study
+        for p in processes:
+            p.terminate()
+        for p in processes:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        raise
     if any(codes):
         print(f"warning: worker exit codes {codes}", file=sys.stderr)
     study, _ = studies.load(url, spec.name)
