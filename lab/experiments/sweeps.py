@@ -107,6 +107,8 @@ def _sweep(spec: SweepSpec, out: Path, storage: str | None, reuse: bool):
                 study, _ = load_study(default_storage(out, spec.name), spec.name,
                                       check_notebook=False)
                 if "seconds" in study.user_attrs:
+                    print(f"{spec.name}: finished earlier, read back from {db.name} "
+                          f"({study.user_attrs['seconds']:.0f} s as measured then)")
                     return study, study.user_attrs["seconds"]
             except ValueError:  # no such study in it: an unfinished file
                 pass
