@@ -297,3 +297,12 @@ def test_a_finished_study_is_read_back_and_an_unfinished_one_set_aside(tmp_path,
     again, seconds_again = sweep_module._sweep(spec, tmp_path, None, True)
     assert seconds_again == seconds and [t.value for t in again.trials] == [1.0, 1.0]
     assert ran == ["live-hypertrick-seed0"] * 2
+    # a resumed run: the runner moved the attempt's files, studies too, to attempts/<n>/
+    from lab.runs.runner import ATTEMPTS
+
+    (tmp_path / ATTEMPTS / "1").mkdir(parents=True)
+    (tmp_path / "sweeps").rename(tmp_path / ATTEMPTS / "1" / "sweeps")
+    (tmp_path / ATTEMPTS / "2" / "sweeps").mkdir(parents=True)  # a later one, unfinished
+    again, seconds_again = sweep_module._sweep(spec, tmp_path, None, True)
+    assert seconds_again == seconds and db.exists()  # moved back from attempt 1
+    assert not (tmp_path / ATTEMPTS / "1" / "sweeps" / db.name).exists()

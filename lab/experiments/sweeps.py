@@ -14,6 +14,7 @@ difference of the two best final metrics, decided by the shared rule
 import inspect
 import math
 import os
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -37,7 +38,7 @@ from lab.runs.params import with_preset
 from lab.sweeps import load_spec, run_sweep
 from lab.sweeps import report as sweep_report
 from lab.sweeps.spec import SweepSpec
-from lab.sweeps.study import compute, default_storage, expected_survivors
+from lab.sweeps.study import compute, expected_survivors
 from lab.sweeps.study import load as load_study
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -99,25 +100,47 @@ def compare(spec: SweepSpec, seed: int, out: Path, storage: str | None = None,
 
 def _sweep(spec: SweepSpec, out: Path, storage: str | None, reuse: bool):
     """``run_sweep``'s study and its seconds, which it records in the study once finished
-    (``user_attrs["seconds"]``); with ``reuse`` (``compare``'s) a finished one is read back."""
+    (``user_attrs["seconds"]``). With ``reuse`` (``compare``'s) a finished one is read back:
+    from ``out/sweeps`` or, in a resumed run, from the latest earlier attempt that finished it
+    (``lab.runs.runner`` moves an attempt's files to ``attempts/<n>/``), moved back with its
+    trials' runs; an unfinished one is set aside (``<name>.interrupted.db`` and folder)."""
     if reuse and storage is None:
-        db = Path(out) / "sweeps" / f"{spec.name}.db"
+        sweeps = Path(out) / "sweeps"
+        db = sweeps / f"{spec.name}.db"
+        if not db.exists():
+            # lab.runs.runner.ATTEMPTS (not imported: the runner's imports take seconds)
+            earlier = sorted(Path(out).glob(f"attempts/*/sweeps/{spec.name}.db"),
+                             key=lambda p: int(p.parts[-3]), reverse=True)
+            done = next((p for p in earlier if _finished(p, spec.name)), None)
+            if done is not None:
+                sweeps.mkdir(parents=True, exist_ok=True)
+                for path in (done, done.with_name(spec.name)):
+                    if path.exists():
+                        shutil.move(str(path), str(sweeps / path.name))
         if db.exists():
-            try:
-                study, _ = load_study(default_storage(out, spec.name), spec.name,
-                                      check_notebook=False)
-                if "seconds" in study.user_attrs:
-                    print(f"{spec.name}: finished earlier, read back from {db.name} "
-                          f"({study.user_attrs['seconds']:.0f} s as measured then)")
-                    return study, study.user_attrs["seconds"]
-            except ValueError:  # no such study in it: an unfinished file
-                pass
-            os.replace(db, db.with_suffix(".interrupted.db"))
+            found = _finished(db, spec.name)
+            if found is not None:
+                print(f"{spec.name}: finished earlier, read back from {db.name} "
+                      f"({found[1]:.0f} s as measured then)")
+                return found
+            for path in (db, db.with_name(spec.name)):
+                if path.exists():
+                    os.replace(path, path.with_name(f"{spec.name}.interrupted{path.suffix}"))
     start = time.monotonic()
     study = run_sweep(spec, out=out, storage=storage)
     seconds = time.monotonic() - start
     study.set_user_attr("seconds", seconds)
     return study, seconds
+
+
+def _finished(db: Path, name: str):
+    """``(study, seconds)`` of study ``name`` in the SQLite file ``db`` if it finished."""
+    try:
+        study, _ = load_study(f"sqlite:///{db.resolve()}", name, check_notebook=False)
+    except ValueError:  # no such study in it
+        return None
+    seconds = study.user_attrs.get("seconds")
+    return None if seconds is None else (study, seconds)
 
 
 def best_value(study) -> float:
