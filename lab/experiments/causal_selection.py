@@ -552,6 +552,9 @@ def _kept_trial(kept: checkpoints.Kept, key: list[Any], make) -> dict[str, Any]:
     if kept.folder is None:
         return kept(key, lambda: make(None))
     progress = kept.path(key, "state-").with_suffix(".eqx")
+    if progress.exists() and not kept.path(key, "trial-").exists():
+        print(f"trial {key[2:]}: its training continues from step "
+              f"{checkpoints.read_info(progress)['done']} (its kept state)")
     trial = checkpoints.from_json(kept(key, lambda: checkpoints.to_json(make(progress)),
                                        prefix="trial-"))
     progress.unlink(missing_ok=True)

@@ -264,6 +264,7 @@ def _train(setup: Setup, kind: str, train_x: jax.Array, test_x: jax.Array, on_ev
         done, before = info["chunks"], info["seconds"]
         losses, tests = checkpoints.from_json([info["losses"], info["tests"]])
         within, part = info.get("within", 0), checkpoints.from_json(info.get("part", []))
+        print(f"{kind}: continues from step {done * setup.eval_every + within} (its kept state)")
         steps = [(i + 1) * setup.eval_every for i in range(done)]
         kept.chunks = getattr(kept, "chunks", 0) + done
     begin = saved = time.perf_counter()
