@@ -144,17 +144,31 @@ def test_configure_refuses_bad_values_in_one_line(change, message):
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
 
 
-def test_model_runs_are_kept_continued_from_their_last_chunk_and_read_back(tmp_path,
-                                                                          monkeypatch):
+def _tiny_run(steps: int, eval_every: int, seed: int):
+    """A tiny sequential model's parameters, images and run with checkpoint off (as always)."""
+    params = NOTEBOOK | SMOKE["12_pixelcnn"] | {"models": ["sequential"], "group_shapes": [],
+                                                "steps": steps, "eval_every": eval_every,
+                                                "batch": 2, "channels": 4, "layers": 1}
+    x = np.random.default_rng(seed).integers(0, 2, (6, 32, 32)).astype(np.int32)
+    setup = experiment.configure(**params)
+    return params, setup, x, experiment.train_model(setup, "sequential", x, x[:2])
+
+
+def _same_run(run, fresh) -> bool:
+    """The same numbers and models (the seconds aside)."""
     import equinox as eqx
     import jax
 
-    params = NOTEBOOK | SMOKE["12_pixelcnn"] | {"models": ["sequential"], "group_shapes": [],
-                                                "steps": 2, "eval_every": 1, "batch": 2,
-                                                "channels": 4, "layers": 1}
-    x = np.random.default_rng(0).integers(0, 2, (6, 32, 32)).astype(np.int32)
-    setup = experiment.configure(**params)
-    fresh = experiment.train_model(setup, "sequential", x, x[:2])  # checkpoint off: as always
+    numbers = [{k: v for k, v in r.items() if k not in ("models", "seconds")}
+               for r in (run, fresh)]
+    models = [jax.tree.leaves(eqx.filter(r["models"], eqx.is_array)) for r in (run, fresh)]
+    return list(run) == list(fresh) and numbers[0] == numbers[1] and all(
+        a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(*models, strict=True))
+
+
+def test_model_runs_are_kept_continued_from_their_last_chunk_and_read_back(tmp_path,
+                                                                          monkeypatch):
+    params, setup, x, fresh = _tiny_run(steps=2, eval_every=1, seed=0)
     assert experiment.kept(setup).folder is None
 
     def deadline(kind, step, nats):
@@ -174,13 +188,7 @@ def test_model_runs_are_kept_continued_from_their_last_chunk_and_read_back(tmp_p
     runs = experiment.KeptRuns(tmp_path)
     back = experiment.train_model(setup, "sequential", x, x[:2], kept=runs)  # models too
     assert (runs.chunks, runs.made, runs.loaded) == (0, 0, 1)
-    for run in (again, back):
-        assert list(run) == list(fresh)
-        assert {k: v for k, v in run.items() if k not in ("models", "seconds")} == {
-            k: v for k, v in fresh.items() if k not in ("models", "seconds")}
-        for a, b in zip(*(jax.tree.leaves(eqx.filter(r["models"], eqx.is_array))
-                          for r in (run, fresh)), strict=True):
-            assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert _same_run(again, fresh) and _same_run(back, fresh)
     other = experiment.configure(**(params | {"eval_examples": 1}))
     with pytest.raises(AssertionError, match="trained again"):  # another size: made anew
         experiment.train_model(other, "sequential", x, x[:1], kept=runs)
@@ -195,18 +203,9 @@ def test_model_runs_are_kept_continued_from_their_last_chunk_and_read_back(tmp_p
                                                               "mnist_5k"}))).folder != folder
 
 
-
 def test_a_chunk_stopped_between_its_pieces_continues_to_the_same_numbers(tmp_path,
                                                                           monkeypatch):
-    import equinox as eqx
-    import jax
-
-    params = NOTEBOOK | SMOKE["12_pixelcnn"] | {"models": ["sequential"], "group_shapes": [],
-                                                "steps": 3, "eval_every": 3, "batch": 2,
-                                                "channels": 4, "layers": 1}
-    x = np.random.default_rng(1).integers(0, 2, (6, 32, 32)).astype(np.int32)
-    setup = experiment.configure(**params)
-    fresh = experiment.train_model(setup, "sequential", x, x[:2])  # the chunk in one call
+    _, setup, x, fresh = _tiny_run(steps=3, eval_every=3, seed=1)  # the chunk in one call
     monkeypatch.setattr(experiment, "PIECE", 1)
     monkeypatch.setattr(experiment, "SAVE_EVERY", 0.0)
     start, calls = experiment._start, []
@@ -230,11 +229,8 @@ def test_a_chunk_stopped_between_its_pieces_continues_to_the_same_numbers(tmp_pa
     monkeypatch.setattr(experiment, "_start", start)
     again = experiment.train_model(setup, "sequential", x, x[:2],
                                    kept=experiment.KeptRuns(tmp_path))
-    assert {k: v for k, v in again.items() if k not in ("models", "seconds")} == {
-        k: v for k, v in fresh.items() if k not in ("models", "seconds")}
-    for a, b in zip(*(jax.tree.leaves(eqx.filter(r["models"], eqx.is_array))
-                      for r in (again, fresh)), strict=True):
-        assert np.array_equal(a, b)
+    assert _same_run(again, fresh)
+
 
 def test_pixelcnn_panel_samples_live_group_by_group_and_pixel_by_pixel():
     from lab.widgets.pixelcnn_panel import pixelcnn_panel
