@@ -174,7 +174,10 @@ def train(models: eqx.Module, keys: jax.Array, x: jax.Array, y: jax.Array,
         return _train_whole(models, keys, x, y, x_stop, y_stop, schedule)
     piece = piece or schedule.every or schedule.steps
     params, static = eqx.partition(models, eqx.is_array)
-    carry = _start(params, static, keys, x, y, x_stop, y_stop, schedule)
+    if not all(eqx.is_inexact_array(leaf) for leaf in jax.tree.leaves(params)):
+        # the pieces carry the floating arrays alone (``_parts``'s carry), as an MLP's are
+        raise ValueError("train(progress=...) takes models whose arrays are all floating")
+    carry = _start(params, static, x, y, x_stop, y_stop, schedule)
     step_keys = jax.vmap(lambda k: _inputs(k, schedule)[1])(keys)
     # the state and the log so far, the log's length (``done`` steps) read from the header
     done = checkpoint.read_info(progress)["done"] if Path(progress).exists() else 0
@@ -217,7 +220,7 @@ def _train_whole(models, keys, x, y, x_stop, y_stop, schedule):
 
 
 @eqx.filter_jit
-def _start(params, static, keys, x, y, x_stop, y_stop, schedule):
+def _start(params, static, x, y, x_stop, y_stop, schedule):
     return jax.vmap(lambda p: _parts(eqx.combine(p, static), x, y, x_stop, y_stop,
                                      schedule)[0])(params)
 
