@@ -7,12 +7,15 @@ import gzip
 import hashlib
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lab.data import speech, text
 from lab.runs import bundle
+from tests.conftest import WAIT
 
 
 def test_pins_wheels_and_platforms():
@@ -94,8 +97,81 @@ def test_the_data_reads_back_offline_without_the_system_packages(tmp_path, data_
 
 def test_run_sh_refuses_another_python_in_one_line(tmp_path):
     script = bundle.write_run_sh(tmp_path, "3.2", ["dmc"])
-    assert '"lab[dmc]"' in script.read_text()
+    assert "lab[dmc]" in script.read_text()
     done = subprocess.run([str(script), "run"], capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
     assert done.returncode == 2 and "holds wheels for Python 3.2" in done.stderr
     assert done.stderr.count("\n") == 1 and not (tmp_path / "site").exists()
+
+
+def test_the_targets_versions_are_kept_where_wheels_of_them_exist(tmp_path, monkeypatch):
+    """A stand-in index: the target has jax 0.11.2 (its CUDA build) where the index's newest
+    is 0.12, numpy 2.5.2, and a soupsieve with no wheel for this Python. jax and numpy
+    resolve to the target's versions and are left out; soupsieve ships another version and
+    says so in one line."""
+    index = {"jax": ["0.10.2", "0.11.2", "0.12.0"], "numpy": ["2.3.0", "2.5.2"],
+             "soupsieve": ["2.10"]}
+
+    def pip(*args):
+        dest = Path(args[args.index("--wheel-dir") + 1])
+        (dest / "lab-0.1.0-py3-none-any.whl").touch()
+
+    def download(python, platform, dest, requirement, pinned=None, deps=True):
+        wanted = [requirement.split("==")[0]] if not deps else list(index)
+        chosen = {}
+        for name in wanted:
+            version = (pinned or {}).get(name) or (
+                requirement.split("==")[1] if not deps else index[name][-1])
+            if version not in index[name]:
+                if pinned is None:
+                    raise AssertionError("a free resolution fails")
+                return False
+            chosen[name] = version
+        for name, version in chosen.items():
+            (dest / f"{name}-{version}-py3-none-any.whl").touch()
+        return True
+
+    monkeypatch.setattr(bundle, "_pip", pip)
+    monkeypatch.setattr(bundle, "_download", download)
+    said = []
+    have = {"jax": "0.11.2", "numpy": "2.5.2", "soupsieve": "4.1.3", "lab": "0.1.0"}
+    left_out = bundle.write_wheels(tmp_path / "w", "3.12", "manylinux_2_28_x86_64", [], have,
+                                   said.append)
+    assert sorted(p.name for p in left_out) == ["jax-0.11.2-py3-none-any.whl",
+                                                "numpy-2.5.2-py3-none-any.whl"]
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == [
+        "lab-0.1.0-py3-none-any.whl", "soupsieve-2.10-py3-none-any.whl"]
+    assert said == ["  no wheel of the target's soupsieve==4.1.3 for Python 3.12: other "
+                    "versions are shipped, into the bundle's own folder"]
+
+
+def _wheel(folder: Path, name: str, requires: str, main: str) -> Path:
+    """A minimal pure-Python wheel of package ``name`` 0.1.0 needing ``requires``."""
+    path = folder / f"{name}-0.1.0-py3-none-any.whl"
+    info = f"{name}-0.1.0.dist-info"
+    files = {f"{name}/__init__.py": "", f"{name}/__main__.py": main,
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n"
+                                 f"Requires-Dist: {requires}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(path, "w") as z:
+        for f, text in files.items():
+            z.writestr(f, text)
+    return path
+
+
+def test_run_sh_installs_a_bundle_whose_dependencies_the_target_has(tmp_path):
+    """A bundle made with --have ships only what the target lacks: here the project's wheel
+    alone, needing numpy, which this interpreter has. run.sh installs it offline into an
+    empty folder (pip --target ignores installed packages, so it must not resolve again)."""
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "project").mkdir()
+    _wheel(tmp_path / "wheels", "lab", "numpy>=1", "import numpy\nprint('ran', numpy.__name__)")
+    script = bundle.write_run_sh(tmp_path, f"{sys.version_info[0]}.{sys.version_info[1]}", [])
+    done = subprocess.run([str(script)], capture_output=True, text=True, timeout=WAIT,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable,
+                               "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ran numpy"
+    assert (tmp_path / "site" / "lab" / "__main__.py").exists()

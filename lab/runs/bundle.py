@@ -8,10 +8,13 @@ then ``OUT/run.sh run notebooks/00_quickstart.ipynb`` there. It writes:
 
 - ``OUT/wheels``: the project's own wheel and a binary wheel of every dependency for the
   target Python and platform (``pip download --only-binary=:all:``). With ``--have`` (a
-  ``pip freeze`` of the target), every wheel that the target already has at the same version
-  is left out (resolving with the freeze as constraints fails as soon as one pinned version
-  has no wheel for the platform: a source-only install, say; a different version is shipped,
-  and installs into the bundle's own folder).
+  ``pip freeze`` of the target), the dependencies are resolved with the freeze's versions
+  as constraints, so that the target's own builds are used (its jax and jaxlib with their
+  CUDA plugin: a newer jaxlib from the index, shipped, would shadow them and run on the
+  CPU), and every wheel that the target already has at the same version is left out. Where
+  no resolution meets the freeze (a pinned version without a binary wheel for the
+  platform: a source-only install, say) it says so in one line and resolves without it; a
+  different version is then shipped, and installs into the bundle's own folder.
 - ``OUT/data``: the data the notebooks read, laid out as ``LAB_DATA_DIR``: Fashion-MNIST's
   four files, *The Devil's Dictionary* (notebook 11) and notebook 13's speech, every
   sentence in every voice at each sample rate, with the versions of the programs that made
@@ -20,8 +23,10 @@ then ``OUT/run.sh run notebooks/00_quickstart.ipynb`` there. It writes:
   MinAtar, the Atari ROMs, dm-control's models).
 - ``OUT/project``: ``notebooks/``, ``results/`` and ``sweeps/``, what ``python -m lab``
   reads; reports are written there.
-- ``OUT/run.sh``: on its first call installs the wheels with ``pip install --no-index
-  --target OUT/site``; then sets ``PYTHONPATH``, ``LAB_DATA_DIR``, ``JUPYTER_PATH`` (the
+- ``OUT/run.sh``: on its first call installs every wheel of ``OUT/wheels`` with ``pip
+  install --no-index --no-deps --target OUT/site`` (they are the resolution made here; with
+  ``--target`` pip ignores what the target has installed, so resolving there again would ask
+  for the wheels left out); then sets ``PYTHONPATH``, ``LAB_DATA_DIR``, ``JUPYTER_PATH`` (the
   nbconvert templates and the kernel) and ``LAB_KERNEL_PREFIX``, and runs ``python -m lab``
   with its arguments inside ``OUT/project``. ``PYTHON`` chooses the interpreter (default
   ``python3``; it must be the ``--python`` version).
@@ -31,6 +36,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from lab.runs.runner import RunnerError
@@ -107,18 +113,68 @@ def _pip(*args: str) -> None:
         raise RunnerError(f"pip {args[0]} failed: {lines[-1] if lines else done.returncode}")
 
 
+def _download(python: str, platform: str, dest: Path, requirement: str,
+              pinned: dict[str, str] | None = None, deps: bool = True) -> bool:
+    """``pip download`` of binary wheels of ``requirement`` for ``python`` and ``platform``
+    into ``dest``, with ``pinned``'s versions as constraints: False where pip finds no
+    resolution (then it raises without ``pinned``)."""
+    args = ["download", "--quiet", "--dest", str(dest), "--only-binary=:all:",
+            "--python-version", python, "--implementation", "cp"]
+    args += [option for tag in platforms(platform) for option in ("--platform", tag)]
+    args += [] if deps else ["--no-deps"]
+    with tempfile.TemporaryDirectory() as folder:
+        if pinned:
+            constraints = Path(folder) / "constraints.txt"
+            constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(pinned.items())))
+            args += ["--constraint", str(constraints)]
+        try:
+            _pip(*args, requirement)
+        except RunnerError:
+            if pinned is None:
+                raise
+            return False
+    return True
+
+
 def write_wheels(out: Path, python: str, platform: str, extras: list[str],
-                 have: dict[str, str]) -> list[Path]:
+                 have: dict[str, str], log=print) -> list[Path]:
     """The project's wheel and its dependencies' for ``python`` and ``platform`` in
-    ``out``; returns the wheels left out because the target ``have`` them."""
+    ``out``, resolved with ``have``'s versions as constraints where wheels of them exist;
+    returns the wheels left out because the target ``have`` them."""
     out.mkdir(parents=True)
     _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(ROOT))
     (project,) = out.glob("lab-*.whl")
     requirement = f"{project}[{','.join(extras)}]" if extras else str(project)
-    args = ["download", "--quiet", "--dest", str(out), "--only-binary=:all:",
-            "--python-version", python, "--implementation", "cp"]
-    args += [option for tag in platforms(platform) for option in ("--platform", tag)]
-    _pip(*args, requirement)
+
+    def clear():  # nothing of a failed or replaced try stays
+        for path in out.glob("*.whl"):
+            if path != project:
+                path.unlink()
+
+    pinned = {name: version for name, version in have.items() if name != "lab"}
+    if not pinned or not _download(python, platform, out, requirement, pinned):
+        # a pinned version without a wheel here (or one that needs a later patch release of
+        # Python than X.Y): resolve freely, then pin again each of the target's versions
+        # that differs from it and has a wheel
+        clear()
+        _download(python, platform, out, requirement)
+        other = {name: have[name] for name, version in (wheel_pin(p.name) for p in
+                 out.glob("*.whl")) if name in pinned and have[name] != version}
+        with tempfile.TemporaryDirectory() as folder:
+            usable = {name: version for name, version in other.items() if _download(
+                python, platform, Path(folder), f"{name}=={version}", {}, deps=False)}
+        unusable = sorted(f"{n}=={v}" for n, v in other.items() if n not in usable)
+        if unusable:
+            log(f"  no wheel of the target's {', '.join(unusable)} for Python {python}: "
+                "other versions are shipped, into the bundle's own folder")
+        if usable:
+            clear()
+            if not _download(python, platform, out, requirement, usable):
+                log("  no resolution meets the target's " + ", ".join(
+                    f"{n}=={v}" for n, v in sorted(usable.items())) + ": other versions "
+                    "are shipped")
+                clear()
+                _download(python, platform, out, requirement)
     left_out = already_there(out, have)
     for path in left_out:
         path.unlink()
@@ -177,8 +233,9 @@ if [ "$version" != "{python}" ]; then
     exit 2
 fi
 if [ ! -e "$here/site/.installed" ]; then
-    "$py" -m pip install --quiet --no-index --find-links "$here/wheels" --target "$here/site" \\
-        "lab{extras}"
+    # every wheel as resolved where the bundle was made (lab{extras}), none resolved again:
+    # pip --target ignores what this machine has installed, the wheels left out for it
+    "$py" -m pip install --quiet --no-index --no-deps --target "$here/site" "$here"/wheels/*.whl
     touch "$here/site/.installed"
 fi
 export PYTHONPATH="$here/site${{PYTHONPATH:+:$PYTHONPATH}}"
@@ -224,7 +281,7 @@ def bundle(out: Path, *, python: str = f"{sys.version_info[0]}.{sys.version_info
         pinned = pins(have.read_text())
     out.mkdir(parents=True, exist_ok=True)
     log(f"wheels for Python {python} on {platform} ...")
-    left_out = write_wheels(out / "wheels", python, platform, list(extras), pinned)
+    left_out = write_wheels(out / "wheels", python, platform, list(extras), pinned, log)
     wheels = sorted(p.name for p in (out / "wheels").glob("*.whl"))
     log(f"  {len(wheels)} wheel(s)" + (f"; {len(left_out)} left out (the target has them)"
                                        if left_out else ""))
