@@ -114,10 +114,9 @@ def _pip(*args: str) -> None:
 
 
 def _download(python: str, platform: str, dest: Path, requirement: str,
-              pinned: dict[str, str] | None = None, deps: bool = True) -> bool:
+              pinned: dict[str, str] | None = None, deps: bool = True) -> None:
     """``pip download`` of binary wheels of ``requirement`` for ``python`` and ``platform``
-    into ``dest``, with ``pinned``'s versions as constraints: False where pip finds no
-    resolution (then it raises without ``pinned``)."""
+    into ``dest``, with ``pinned``'s versions as constraints."""
     args = ["download", "--quiet", "--dest", str(dest), "--only-binary=:all:",
             "--python-version", python, "--implementation", "cp"]
     args += [option for tag in platforms(platform) for option in ("--platform", tag)]
@@ -127,12 +126,15 @@ def _download(python: str, platform: str, dest: Path, requirement: str,
             constraints = Path(folder) / "constraints.txt"
             constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(pinned.items())))
             args += ["--constraint", str(constraints)]
-        try:
-            _pip(*args, requirement)
-        except RunnerError:
-            if pinned is None:
-                raise
-            return False
+        _pip(*args, requirement)
+
+
+def _resolves(*args, **kwargs) -> bool:
+    """``_download(*args, **kwargs)``, False where pip finds nothing that meets it."""
+    try:
+        _download(*args, **kwargs)
+    except RunnerError:
+        return False
     return True
 
 
@@ -152,7 +154,9 @@ def write_wheels(out: Path, python: str, platform: str, extras: list[str],
                 path.unlink()
 
     pinned = {name: version for name, version in have.items() if name != "lab"}
-    if not pinned or not _download(python, platform, out, requirement, pinned):
+    if not pinned:
+        _download(python, platform, out, requirement)
+    elif not _resolves(python, platform, out, requirement, pinned):
         # a pinned version without a wheel here (or one that needs a later patch release of
         # Python than X.Y): resolve freely, then pin again each of the target's versions
         # that differs from it and has a wheel
@@ -161,15 +165,15 @@ def write_wheels(out: Path, python: str, platform: str, extras: list[str],
         other = {name: have[name] for name, version in (wheel_pin(p.name) for p in
                  out.glob("*.whl")) if name in pinned and have[name] != version}
         with tempfile.TemporaryDirectory() as folder:
-            usable = {name: version for name, version in other.items() if _download(
-                python, platform, Path(folder), f"{name}=={version}", {}, deps=False)}
+            usable = {name: version for name, version in other.items() if _resolves(
+                python, platform, Path(folder), f"{name}=={version}", deps=False)}
         unusable = sorted(f"{n}=={v}" for n, v in other.items() if n not in usable)
         if unusable:
             log(f"  no wheel of the target's {', '.join(unusable)} for Python {python}: "
                 "other versions are shipped, into the bundle's own folder")
         if usable:
             clear()
-            if not _download(python, platform, out, requirement, usable):
+            if not _resolves(python, platform, out, requirement, usable):
                 log("  no resolution meets the target's " + ", ".join(
                     f"{n}=={v}" for n, v in sorted(usable.items())) + ": other versions "
                     "are shipped")
