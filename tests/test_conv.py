@@ -52,3 +52,13 @@ def test_layers_shapes_and_bad_output_padding():
     assert deconv(jnp.zeros((41, 41, 32))).shape == (84, 84, 9)
     with pytest.raises(ValueError, match="output_padding"):
         ConvTranspose2d(32, 9, 3, stride=1, output_padding=1, key=jax.random.key(0))
+
+
+def test_flat_normal_draw_is_jax_random_normal_bit_for_bit():
+    """``lab.models.init.normal`` (a flat draw, reshaped: it compiles once per element count)
+    gives exactly ``jax.random.normal``'s numbers, so initial weights are unchanged by it."""
+    from lab.models.init import normal
+
+    key = jax.random.key(11)
+    for shape in [(3, 3, 4, 5), (6, 10), (2, 1, 7)]:
+        np.testing.assert_array_equal(normal(key, shape), jax.random.normal(key, shape))

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from lab.models.conv import conv2d
+from lab.models.init import normal
 from lab.models.transformer import Block, full_attention
 
 
@@ -73,7 +74,7 @@ class Conv(eqx.Module):
     def __init__(self, c_in: int, c_out: int, kernel: int = 3, stride: int = 1, *,
                  key: jax.Array):
         std = (2.0 / (c_out * kernel * kernel)) ** 0.5
-        self.weight = std * jax.random.normal(key, (kernel, kernel, c_in, c_out))
+        self.weight = std * normal(key, (kernel, kernel, c_in, c_out))
         self.bias = jnp.zeros(c_out)
         self.stride = stride
 

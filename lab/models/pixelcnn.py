@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from lab.models.conv import conv2d
+from lab.models.init import normal
 
 GROUPS = ((0, 1), (1, 0), (1, 1))  # (row, column) in each 2x2 block of groups 2, 3, 4
 
@@ -89,7 +90,7 @@ def check_levels(x: jax.Array, levels: int) -> None:
 
 
 def _dense(key: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
-    return jax.random.normal(key, shape) / math.sqrt(fan_in)
+    return normal(key, shape) / math.sqrt(fan_in)
 
 
 def _shift_down(x: jax.Array) -> jax.Array:

@@ -25,6 +25,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from lab.models.init import normal
+
 
 class VSMLCell(eqx.Module):
     """The shared sub-LSTM: ``tick(fwd (A, m), bwd (B, m), (h, c) (A, B, s))``."""
@@ -43,9 +45,9 @@ class VSMLCell(eqx.Module):
         fan_in = 2 * message_size + state_size
         scale = 1.0 / jnp.sqrt(fan_in)
         gates = 4 * state_size
-        self.w_fwd = scale * jax.random.normal(k_fwd, (message_size, gates))
-        self.w_bwd = scale * jax.random.normal(k_bwd, (message_size, gates))
-        self.w_h = scale * jax.random.normal(k_h, (state_size, gates))
+        self.w_fwd = scale * normal(k_fwd, (message_size, gates))
+        self.w_bwd = scale * normal(k_bwd, (message_size, gates))
+        self.w_h = scale * normal(k_h, (state_size, gates))
         self.bias = jnp.zeros(gates)
         self.out_fwd = eqx.nn.Linear(state_size, message_size, key=k_out_f)
         self.out_bwd = eqx.nn.Linear(state_size, message_size, key=k_out_b)

@@ -31,9 +31,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from lab.models.init import normal
+
 
 def _dense(key: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
-    return jax.random.normal(key, shape) / math.sqrt(fan_in)
+    return normal(key, shape) / math.sqrt(fan_in)
 
 
 # the discretised mixture of logistics ---------------------------------------------------------
