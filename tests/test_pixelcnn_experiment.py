@@ -1,6 +1,7 @@
 """The PixelCNN experiment's verdict arithmetic against hand-computed cases, its data and
 parameter checks, and its live panel."""
 
+import jax
 import numpy as np
 import pytest
 from IPython.display import Image
@@ -249,3 +250,24 @@ def test_pixelcnn_panel_samples_live_group_by_group_and_pixel_by_pixel():
     assert panel.wait(WAIT) and panel.state == "done", panel.error
     assert panel.result["evaluations"] == 256 and set(np.unique(panel.result["image"])) <= {0, 1}
     assert panel.draws >= 2 and isinstance(panel.show(headless=True), Image)
+
+
+def test_draw_in_batches_gives_each_key_its_own_draw_whatever_the_batch():
+    calls = []
+
+    def run(model, keys):  # a stand-in sampler: one draw per key, and a tuple of "stages"
+        calls.append(len(keys))
+        draws = jax.vmap(lambda k: jax.random.randint(k, (3,), 0, 100))(keys)
+        return draws, (draws[:, :1], draws * 2)
+
+    keys = jax.random.split(jax.random.key(3), 9)
+    whole = run(None, keys)
+    calls.clear()
+    drawn = experiment.draw_in_batches(run, None, keys, 4)
+    assert calls == [4, 4, 4]  # one program's batch, the last call filled up
+    np.testing.assert_array_equal(drawn[0], whole[0])
+    for got, want in zip(drawn[1], whole[1], strict=True):
+        np.testing.assert_array_equal(got, want)
+    one = experiment.draw_in_batches(run, None, keys[:1], 4)
+    assert one[0].shape == (1, 3) and calls[-1] == 4
+    np.testing.assert_array_equal(one[0], whole[0][:1])

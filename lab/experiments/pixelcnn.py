@@ -11,7 +11,10 @@ The studies of notebook 12, each a function of a ``Setup`` (the notebook's param
    sequential sampler at large sizes is timed over its first ``timing_steps`` pixels and
    scaled by ``pixels / timing_steps``: every one of its steps is the same full network
    evaluation on the same canvas shape, so its time is linear in the pixels sampled.
-3. ``sample_grid``: samples from each trained model (seed 0).
+3. ``sample_grid``: samples from each trained model (seed 0), and ``stages``, one multiscale
+   image stage by stage. Both run the timing's compiled sampler at the training size (its
+   batch of ``timing_batch`` keys; the sequential step count a value of the program, not
+   part of it), so the grid compiles nothing of its own when 32 is a timing size.
 4. ``shape_study``: where the multiscale model's likelihood gap comes from: the multiscale
    model trained again with each ``(channels, blocks)`` of ``group_shapes`` for its group
    networks (deeper and narrower at about equal parameters: a wider view; or larger), the
@@ -391,13 +394,13 @@ def shape_study(setup: Setup, study: dict[str, Any], on_eval=None,
 # 2. sampling cost ----------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=16)
-def _sequential_sampler(size: int, steps: int, windowed: bool):
+def _sequential_sampler(size: int, windowed: bool):
     draw = train.sample_windowed if windowed else train.sample_sequential
 
-    def sample(model, keys):
+    def sample(model, keys, steps):
         canvas = jnp.zeros((size, size), jnp.int32)
         images, deep = jax.vmap(lambda k: draw(model, k, canvas, 0, steps))(keys)
-        return images, deep, jnp.zeros_like(deep)
+        return images, deep, jnp.zeros_like(deep), ()
     return eqx.filter_jit(sample)
 
 
@@ -405,17 +408,34 @@ def _sequential_sampler(size: int, steps: int, windowed: bool):
 def _multiscale_sampler(size: int):
     def sample(model, keys):
         out = jax.vmap(lambda k: train.sample_multiscale(model, k))(keys)
-        return out.image, out.deep, out.shallow
+        return out.image, out.deep, out.shallow, out.stages
     return eqx.filter_jit(sample)
 
 
 def sampler(model: eqx.Module, size: int, steps: int | None = None, windowed: bool = False):
-    """A jitted ``(model, keys) -> (images, deep, shallow)`` drawing one image per key (the
-    evaluations counted per image); a sequential one stops after ``steps`` pixels and, with
-    ``windowed``, evaluates only the rows each pixel sees (``train.sample_windowed``)."""
+    """A jitted ``(model, keys) -> (images, deep, shallow, stages)`` drawing one image per key
+    (the evaluations counted per image; ``stages``, the multiscale image after its base and
+    each group, empty for a sequential model); a sequential one stops after ``steps`` pixels
+    and, with ``windowed``, evaluates only the rows each pixel sees
+    (``train.sample_windowed``). The step count is a value of the compiled program, not part
+    of it: a size's timing (its first ``timing_steps`` pixels) and the sample grid (every
+    pixel) run one program, as do all calls with the same number of keys."""
     if isinstance(model, GatedPixelCNN):
-        return _sequential_sampler(size, size * size if steps is None else steps, windowed)
+        run = _sequential_sampler(size, windowed)
+        count = jnp.int32(size * size if steps is None else steps)
+        return lambda model, keys: run(model, keys, count)
     return _multiscale_sampler(size)
+
+
+def draw_in_batches(run, model: eqx.Module, keys: jax.Array, batch: int) -> tuple:
+    """``run(model, keys)``'s outputs (numpy) for ``keys`` drawn ``batch`` keys per call (the
+    last call filled up with copies of the last key, their images dropped), so that any
+    number of images reuses the program compiled for ``batch`` keys (the timing's). Each
+    image depends on its own key only."""
+    n = len(keys)
+    filled = jnp.concatenate([keys, jnp.repeat(keys[-1:], -n % batch, axis=0)])
+    parts = [run(model, filled[i:i + batch]) for i in range(0, len(filled), batch)]
+    return jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs])[:n], *parts)
 
 
 def time_sampling(model: eqx.Module, size: int, batch: int, max_steps: int,
@@ -429,7 +449,7 @@ def time_sampling(model: eqx.Module, size: int, batch: int, max_steps: int,
     pixels = size * size
     steps = min(pixels, max_steps) if isinstance(model, GatedPixelCNN) else pixels
     run = sampler(model, size, steps, windowed)
-    _, deep, shallow = jax.block_until_ready(run(model, keys))  # compiles
+    _, deep, shallow, _ = jax.block_until_ready(run(model, keys))  # compiles
     seconds = []
     for _ in range(repeats):
         begin = time.perf_counter()
@@ -474,14 +494,22 @@ def sampling_times(setup: Setup, on_size=None) -> dict[str, Any]:
 # 3. samples ----------------------------------------------------------------------------------
 
 def sample_grid(setup: Setup, study: dict[str, Any]) -> dict[str, np.ndarray]:
-    """``samples`` images from each trained model (seed 0)."""
+    """``samples`` images from each trained model (seed 0), drawn ``timing_batch`` at a time
+    with the timing's sampler at the training size (one program for both)."""
     key = jax.random.key(setup.seed + 2)
     out = {}
     for kind, run in study["runs"].items():
         model = unstacked(run["models"], 0)
-        images_, _, _ = sampler(model, SIZE)(model, jax.random.split(key, setup.samples))
-        out[kind] = np.asarray(images_)
+        keys = jax.random.split(key, setup.samples)
+        out[kind] = draw_in_batches(sampler(model, SIZE), model, keys, setup.timing_batch)[0]
     return out
+
+
+def stages(setup: Setup, model: MultiscalePixelCNN, key: jax.Array) -> tuple[np.ndarray, ...]:
+    """One multiscale image after its base and after each group (coarse to fine), for
+    ``key``: the timing's sampler at the training size again."""
+    return tuple(stage[0] for stage in
+                 draw_in_batches(sampler(model, SIZE), model, key[None], setup.timing_batch)[3])
 
 
 # the claims ----------------------------------------------------------------------------------
