@@ -1,4 +1,5 @@
-"""The matmul convolutions against XLA's own (NHWC / HWIO) and against their adjoint."""
+"""The matmul convolutions against XLA's own (NHWC / HWIO) and against their adjoint; the flat
+draw of initial weights against jax.random.normal."""
 
 import jax
 import jax.numpy as jnp

@@ -12,10 +12,9 @@ either form compiles into the enclosing program; this is for eager draws."""
 import math
 
 import jax
-import jax.numpy as jnp
 
 
-def normal(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Array:
+def normal(key: jax.Array, shape: tuple[int, ...], dtype=float) -> jax.Array:
     """``jax.random.normal(key, shape, dtype)``, bit for bit, drawn flat and reshaped."""
     if not jax.config.jax_threefry_partitionable:  # the flat index would not be the counter
         return jax.random.normal(key, shape, dtype)
