@@ -38,14 +38,12 @@ convolution stacks at the finer resolution, without the paper's conditioning inp
 class, actions), and the model is unconditional.
 """
 
-import math
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from lab.models.conv import conv2d
-from lab.models.init import normal
+from lab.models.init import dense
 
 GROUPS = ((0, 1), (1, 0), (1, 1))  # (row, column) in each 2x2 block of groups 2, 3, 4
 
@@ -89,10 +87,6 @@ def check_levels(x: jax.Array, levels: int) -> None:
                          "the images")
 
 
-def _dense(key: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
-    return normal(key, shape) / math.sqrt(fan_in)
-
-
 def _shift_down(x: jax.Array) -> jax.Array:
     return jnp.pad(x, ((1, 0), (0, 0), (0, 0)))[:-1]
 
@@ -127,12 +121,12 @@ class GatedLayer(eqx.Module):
                  cond_channels: int = 0, *, key: jax.Array):
         k_v, k_h, k_link, k_out, k_cond = jax.random.split(key, 5)
         rows = kernel // 2 + 1
-        self.vertical = _dense(k_v, (rows, kernel, in_channels, 2 * channels),
-                               rows * kernel * in_channels)
-        self.horizontal = _dense(k_h, (1, rows, in_channels, 2 * channels), rows * in_channels)
-        self.link = _dense(k_link, (2 * channels, 2 * channels), 2 * channels)
-        self.out = _dense(k_out, (channels, channels), channels)
-        self.cond = (_dense(k_cond, (cond_channels, 2 * channels), cond_channels)
+        self.vertical = dense(k_v, (rows, kernel, in_channels, 2 * channels),
+                              rows * kernel * in_channels)
+        self.horizontal = dense(k_h, (1, rows, in_channels, 2 * channels), rows * in_channels)
+        self.link = dense(k_link, (2 * channels, 2 * channels), 2 * channels)
+        self.out = dense(k_out, (channels, channels), channels)
+        self.cond = (dense(k_cond, (cond_channels, 2 * channels), cond_channels)
                      if cond_channels else None)
         self.bias_v = jnp.zeros(2 * channels)
         self.bias_h = jnp.zeros(2 * channels)
@@ -174,8 +168,8 @@ class GatedPixelCNN(eqx.Module):
         self.layers = [GatedLayer(1 if i == 0 else channels, channels,
                                   first_kernel if i == 0 else kernel, i == 0, cond_channels,
                                   key=keys[i]) for i in range(layers)]
-        self.hidden = _dense(keys[-2], (channels, channels), channels)
-        self.head = _dense(keys[-1], (channels, outputs(levels)), channels) * 0.1
+        self.hidden = dense(keys[-2], (channels, channels), channels)
+        self.head = dense(keys[-1], (channels, outputs(levels)), channels) * 0.1
         self.bias_hidden = jnp.zeros(channels)
         self.bias_head = jnp.zeros(outputs(levels))
         self.levels = levels
@@ -213,12 +207,12 @@ class GroupNet(eqx.Module):
 
     def __init__(self, channels: int, blocks: int, features: int, *, key: jax.Array):
         keys = jax.random.split(key, 2 * blocks + 2)
-        self.stem = _dense(keys[0], (3, 3, 4, channels), 9 * 4)
-        self.blocks = [(_dense(keys[1 + 2 * b], (3, 3, channels, channels), 9 * channels),
+        self.stem = dense(keys[0], (3, 3, 4, channels), 9 * 4)
+        self.blocks = [(dense(keys[1 + 2 * b], (3, 3, channels, channels), 9 * channels),
                         jnp.zeros(channels),
-                        _dense(keys[2 + 2 * b], (3, 3, channels, channels), 9 * channels)
+                        dense(keys[2 + 2 * b], (3, 3, channels, channels), 9 * channels)
                         * 0.1, jnp.zeros(channels)) for b in range(blocks)]
-        self.head = _dense(keys[-1], (channels, features), channels) * 0.1
+        self.head = dense(keys[-1], (channels, features), channels) * 0.1
         self.bias_stem = jnp.zeros(channels)
         self.bias_head = jnp.zeros(features)
 

@@ -25,18 +25,11 @@ every sample; ``sample_cached`` keeps each layer's last ``dilation`` inputs in a
 one column of every layer. For the same noise both draw the same audio.
 """
 
-import math
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from lab.models.init import normal
-
-
-def _dense(key: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
-    return normal(key, shape) / math.sqrt(fan_in)
-
+from lab.models.init import dense
 
 # the discretised mixture of logistics ---------------------------------------------------------
 
@@ -168,11 +161,11 @@ class ResidualLayer(eqx.Module):
     def __init__(self, channels: int, gate: int, skip: int, bands: int, dilation: int, *,
                  key: jax.Array):
         k_taps, k_cond, k_res, k_skip = jax.random.split(key, 4)
-        self.taps = _dense(k_taps, (2, channels, 2 * gate), 2 * channels)
-        self.cond = _dense(k_cond, (bands, 2 * gate), bands)
+        self.taps = dense(k_taps, (2, channels, 2 * gate), 2 * channels)
+        self.cond = dense(k_cond, (bands, 2 * gate), bands)
         self.bias = jnp.zeros(2 * gate)
-        self.residual = _dense(k_res, (gate, channels), gate)
-        self.skip = _dense(k_skip, (gate, skip), gate)
+        self.residual = dense(k_res, (gate, channels), gate)
+        self.skip = dense(k_skip, (gate, skip), gate)
         self.dilation = dilation
 
     def gate(self, past: jax.Array, now: jax.Array, cond: jax.Array) -> jax.Array:
@@ -210,11 +203,11 @@ class WaveNet(eqx.Module):
                              f"{', '.join(OUTPUTS)}")
         size = 3 * mixtures if output == "mixture" else 2
         keys = jax.random.split(key, layers + 3)
-        self.embed = _dense(keys[0], (1, channels), 1)
+        self.embed = dense(keys[0], (1, channels), 1)
         self.layers = [ResidualLayer(channels, gate, skip, bands, 2 ** (i % cycle),
                                      key=keys[1 + i]) for i in range(layers)]
-        self.hidden = _dense(keys[-2], (skip, skip), skip)
-        self.head = _dense(keys[-1], (skip, size), skip) * 0.1
+        self.hidden = dense(keys[-2], (skip, skip), skip)
+        self.head = dense(keys[-1], (skip, size), skip) * 0.1
         self.bias_hidden = jnp.zeros(skip)
         log_scales = slice(2 * mixtures, None) if output == "mixture" else slice(1, None)
         self.bias_head = jnp.zeros(size).at[log_scales].set(-3.0)  # narrow to start
@@ -336,10 +329,10 @@ class Flow(eqx.Module):
     def __init__(self, bands: int, channels: int = 16, layers: int = 6, cycle: int = 6,
                  log_scale: float = 0.0, *, key: jax.Array):
         keys = jax.random.split(key, layers + 2)
-        self.embed = _dense(keys[0], (1, channels), 1)
+        self.embed = dense(keys[0], (1, channels), 1)
         self.layers = [ResidualLayer(channels, channels, 1, bands, 2 ** (i % cycle),
                                      key=keys[1 + i]) for i in range(layers)]
-        self.head = _dense(keys[-1], (channels, 2), channels) * 0.01
+        self.head = dense(keys[-1], (channels, 2), channels) * 0.01
         self.bias_head = jnp.array([0.0, log_scale])  # starts near x = z exp(log_scale)
 
     def shift_and_log_scale(self, z: jax.Array, cond: jax.Array) -> tuple[jax.Array, jax.Array]:
