@@ -15,7 +15,8 @@ LAB = ROOT / "lab"
 # Lowest first. A module may import from its own layer or a lower one, never a higher one.
 # Packages in one layer are peers (lab.train.proxprop uses lab.optim and lab.models).
 LAYERS = [
-    {"lab", "lab.lazy"},  # the root package (its __version__) and the lazy re-export helper
+    # the root package (its __version__), the lazy re-export helper, the compile watch
+    {"lab", "lab.lazy", "lab.compile_watch"},
     {"lab.data", "lab.envs"},
     {"lab.models", "lab.optim", "lab.rl", "lab.causal"},
     {"lab.parallel"},  # meshes, shardings, ring attention, the interlocking schedule

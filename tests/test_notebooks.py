@@ -145,6 +145,27 @@ def test_notebook_parameters_cell_holds_the_smoke_names(path):
 RUN_TWICE = ("00_quickstart",)
 
 
+# Notebooks whose timing claims record what JAX traced or compiled in their timed calls
+# (``compiled_while_timed``, ``lab.compile_watch``).
+TIMED = {"06_ga3c", "11_interlocking", "12_pixelcnn", "13_parallel_wavenet"}
+
+
+def timed_regions(tree, where: str = "") -> dict[str, dict | None]:
+    """Every ``compiled_while_timed`` record in a run's metrics, by where it stands."""
+    found = {}
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            if key.endswith("compiled_while_timed"):
+                parts = value if isinstance(value, dict) and "traces" not in value else {"": value}
+                found |= {f"{where}/{key}/{k}": v for k, v in parts.items()}
+            else:
+                found |= timed_regions(value, f"{where}/{key}")
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            found |= timed_regions(value, f"{where}[{i}]")
+    return found
+
+
 def untimed(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if "seconds" not in k}
 
@@ -171,6 +192,10 @@ def test_notebook_runs_alike_through_the_runner_and_plain_papermill(path, tmp_pa
     assert ('<table class="claims">' in html) == bool(names)
     if path.stem == "13_parallel_wavenet":  # playable samples, embedded in the report
         assert html.count("data:audio/wav;base64") >= 3
+    watched = timed_regions(m)  # what JAX did inside the timed calls: nothing
+    assert bool(watched) == (path.stem in TIMED), sorted(watched)
+    assert all(seen is not None and not (seen["traces"] or seen["lowerings"] or seen["compiles"])
+               for seen in watched.values()), watched
 
     if path.stem not in RUN_TWICE:
         return

@@ -55,6 +55,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from lab import compile_watch
 from lab.envs.minatar import GAMES, MinAtarTask
 from lab.runs.claims import (
     GREATER,
@@ -212,19 +213,20 @@ def run_a2c(config: A2CConfig, task: MinAtarTask, key: jax.Array, *, seconds: fl
     init, step = _a2c_program(config, task, chunk)
     state = init(key)
     episodes, updates, start = [], 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        state, m = step(state)
-        returns, counts = np.asarray(m.episode_return), np.asarray(m.episodes)
-        now = time.perf_counter() - start
-        for i in np.flatnonzero(counts > 0):
-            env_steps = (updates + i + 1) * config.steps_per_update
-            episodes.append((now, env_steps, float(returns[i])))
-        updates += chunk
+    with compile_watch.watch("the jitted A2C's timed run") as seen:
+        while time.perf_counter() - start < seconds:
+            state, m = step(state)
+            returns, counts = np.asarray(m.episode_return), np.asarray(m.episodes)
+            now = time.perf_counter() - start
+            for i in np.flatnonzero(counts > 0):
+                env_steps = (updates + i + 1) * config.steps_per_update
+                episodes.append((now, env_steps, float(returns[i])))
+            updates += chunk
     seconds = time.perf_counter() - start
     steps = updates * config.steps_per_update
     return Result(state.model, seconds, steps, steps, updates,
                   np.array(episodes).reshape(-1, 3), np.zeros(0, int), np.zeros(0, int),
-                  np.zeros(0), np.zeros((0, TRACE_COLUMNS)))
+                  np.zeros(0), np.zeros((0, TRACE_COLUMNS)), seen.as_dict())
 
 
 # --- the studies ---------------------------------------------------------------------------
@@ -269,7 +271,8 @@ def _as_result(d: dict[str, Any]) -> Result:
     shapes = {"episodes": (-1, 3), "trace": (-1, TRACE_COLUMNS)}
     kinds = {"lags": int, "batch_sizes": int}
     return Result(None, *(np.array(d[k], kinds.get(k, float)).reshape(shapes.get(k, -1))
-                          if isinstance(d[k], list) else d[k] for k in Result._fields[1:]))
+                          if isinstance(d.get(k), list) else d.get(k)  # kept before a field
+                          for k in Result._fields[1:]))
 
 
 def final_return(result: Result, fraction: float = 0.2) -> float:
@@ -299,6 +302,7 @@ def throughput(setup: Setup, *, report=None, reused: list | None = None) -> dict
             for name, run in (("ga3c", run_ga3c), ("a3c", run_a3c))]
     rows += [point("ga3c", run_ga3c, dataclasses.replace(setup.host, trainers=trainers),
                    "trainers") for trainers in setup.trainer_counts]
+    watched = [row.get("compiled_while_timed") for row in rows]
     repeats: dict[str, dict[str, list[float]]] = {
         label(*p): {"env_steps_per_s": [], "lag_mean": []} for p in repeat_points(setup)}
     for repeat in range(setup.throughput_repeats):
@@ -315,9 +319,11 @@ def throughput(setup: Setup, *, report=None, reused: list | None = None) -> dict
                         seconds=setup.throughput_seconds)
             for key in ("env_steps_per_s", "lag_mean"):
                 repeats[label(name, agents, trainers)][key].append(row[key])
+            watched.append(row.get("compiled_while_timed"))
             if report is not None:
                 report({k: v for k, v in row.items() if k != "measured"} | {"study": "repeat"})
-    return {"rows": rows, "repeats": repeats}
+    return {"rows": rows, "repeats": repeats,
+            "compiled_while_timed": compile_watch.total(watched)}
 
 
 def repeat_points(setup: Setup) -> list[tuple[str, int, int]]:
@@ -343,7 +349,8 @@ def _rates(name: str, agents: int, trainers: int, r: Result) -> dict[str, Any]:
             "batch_mean": float(r.batch_sizes.mean()) if len(r.batch_sizes) else 1.0,
             "latency_ms": float(np.median(r.latencies) * 1e3) if len(r.latencies) else None,
             "lag_mean": float(lags.mean()) if len(lags) else 0.0,
-            "lag_histogram": np.bincount(lags, minlength=1).tolist() if len(lags) else [0]}
+            "lag_histogram": np.bincount(lags, minlength=1).tolist() if len(lags) else [0],
+            "compiled_while_timed": r.compiled_while_timed}
 
 
 def lag_study(setup: Setup, *, reused: list | None = None) -> dict[str, Any]:
@@ -389,13 +396,15 @@ def adjustment(setup: Setup, *, report=None, reused: list | None = None
                              seconds=setup.adjust_seconds, adjust=setup.adjust, seed=seed)
                 return {"seconds": r.seconds, "env_steps": r.env_steps,
                         "predictions": r.predictions, "trainings": r.trainings,
-                        "trace": r.trace.tolist()}
+                        "trace": r.trace.tolist(),
+                        "compiled_while_timed": r.compiled_while_timed}
 
             kept = _kept(setup, "adjusted", measure, reused, counts=counts, seed=seed,
                          seconds=setup.adjust_seconds, adjust=dataclasses.asdict(setup.adjust))
             r = Result(None, kept["seconds"], kept["env_steps"], kept["predictions"],
                        kept["trainings"], np.zeros((0, 3)), np.zeros(0, int), np.zeros(0, int),
-                       np.zeros(0), np.array(kept["trace"], float).reshape(-1, TRACE_COLUMNS))
+                       np.zeros(0), np.array(kept["trace"], float).reshape(-1, TRACE_COLUMNS),
+                       kept.get("compiled_while_timed"))
             out[-1].append(r)
             if report is not None:
                 report(counts, seed, r)
@@ -435,10 +444,10 @@ def final_counts(result: Result) -> tuple[int, int, int]:
     return tuple(int(c) for c in kept[-1, 1:4])
 
 
-def fixed_rate(setup: Setup, counts, seed: int) -> float:
+def fixed_rate(setup: Setup, counts, seed: int) -> dict[str, Any]:
     """The fixed-configuration protocol: GA3C at ``counts`` from ``seed`` for
     ``initial_wait`` seconds, then the trainings per second of one ``step_wait`` window (the
-    windows the adjustment compares)."""
+    windows the adjustment compares): ``{"rate", "compiled_while_timed"}``."""
     readings = []
 
     def read(stats):
@@ -446,11 +455,13 @@ def fixed_rate(setup: Setup, counts, seed: int) -> float:
         return True
 
     wait, window = setup.adjust.initial_wait, setup.adjust.step_wait
-    run_ga3c(_with_counts(setup.host, counts), jax.random.key(seed), seconds=wait + window,
-             callback=read, every=min(0.5, window / 4), seed=seed)
+    result = run_ga3c(_with_counts(setup.host, counts), jax.random.key(seed),
+                      seconds=wait + window, callback=read, every=min(0.5, window / 4),
+                      seed=seed)
     start = next(r for r in readings if r[0] >= wait)
     end = readings[-1]
-    return (end[1] - start[1]) / (end[0] - start[0])
+    return {"rate": (end[1] - start[1]) / (end[0] - start[0]),
+            "compiled_while_timed": result.compiled_while_timed}
 
 
 def fixed_protocol(setup: Setup, adjusted: list[list[Result]], *, report=None,
@@ -459,19 +470,22 @@ def fixed_protocol(setup: Setup, adjusted: list[list[Result]], *, report=None,
     at that run's seed, by ``fixed_rate``; ``report(counts, seed, rate)``. ``"reused"``
     lists what ``reused`` holds (kept measurements reused here and by the studies before)."""
     reused = [] if reused is None else reused
+    watched = []
+
     def measure(counts, seed):
-        rate = _kept(setup, "fixed", lambda: {"rate": fixed_rate(setup, counts, seed)},
-                     reused, counts=counts, seed=seed,
-                     adjust=dataclasses.asdict(setup.adjust))["rate"]
+        kept = _kept(setup, "fixed", lambda: fixed_rate(setup, counts, seed), reused,
+                     counts=counts, seed=seed, adjust=dataclasses.asdict(setup.adjust))
+        watched.append(kept.get("compiled_while_timed"))
         if report is not None:
-            report(counts, seed, rate)
-        return rate
+            report(counts, seed, kept["rate"])
+        return kept["rate"]
 
     grid = {counts: [measure(counts, seed) for seed in range(setup.adjust_seeds)]
             for counts in setup.fixed_configs}
     finals = [[measure(final_counts(r), seed) for seed, r in enumerate(runs)]
               for runs in adjusted]
-    return {"grid": grid, "finals": finals, "reused": reused}
+    return {"grid": grid, "finals": finals, "reused": reused,
+            "compiled_while_timed": compile_watch.total(watched)}
 
 
 def adjustment_verdict(setup: Setup, adjusted: list[list[Result]], fixed: dict[str, Any]
@@ -654,6 +668,13 @@ def verdict(setup: Setup, learned: dict[str, list[Result]], rates: dict[str, Any
     repeats = rates.get("repeats", {})
     m["repeat_env_steps_per_s"] = {k: v["env_steps_per_s"] for k, v in repeats.items()}
     m["repeat_lag_mean"] = {k: v["lag_mean"] for k, v in repeats.items()}
+    m["compiled_while_timed"] = {  # lab.compile_watch: None where a run was kept before it
+        "learning": compile_watch.total(r.compiled_while_timed for runs in learned.values()
+                                        for r in runs),
+        "throughput": rates.get("compiled_while_timed"),
+        "adjustment": compile_watch.total(r.compiled_while_timed for runs in adjusted
+                                          for r in runs),
+        "fixed": fixed.get("compiled_while_timed")}
 
     lag_by_agents = [by["ga3c", n]["lag_mean"] for n in counts]
     trainer_rows = [r for r in rates["rows"] if r["study"] == "trainers"]

@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from lab import compile_watch
 from lab.data import load
 from lab.data import text as text_module
 from lab.data.text import load_text, provenance, windows
@@ -449,19 +450,22 @@ def timed_ops(components: int) -> list[tuple[str, int]]:
 
 
 def repeat_times(stack: Stack, x: jax.Array, y: jax.Array,
-                 opt: optax.GradientTransformation, repeats: int
+                 opt: optax.GradientTransformation, repeats: int,
+                 seen: compile_watch.Compiled | None = None
                  ) -> tuple[schedule.Times, list[schedule.Times]]:
     """``op_times``' medians and each repeat's op times (every op compiled and called once
     before its timed calls, each call waited for with ``block_until_ready``): the clock
     handed to ``op_times`` keeps its readings, two per timed call. Raises if the readings do
-    not give ``op_times``' medians back (its order of ops changed: ``timed_ops``)."""
+    not give ``op_times``' medians back (its order of ops changed: ``timed_ops``). What JAX
+    traced or compiled during the timed calls is added to ``seen``."""
     readings: list[float] = []
 
     def clock() -> float:
         readings.append(time.perf_counter())
         return readings[-1]
 
-    median = op_times(stack, x, y, train.cross_entropy, None, opt, repeats, clock=clock)
+    median = op_times(stack, x, y, train.cross_entropy, None, opt, repeats, clock=clock,
+                      seen=seen)
     calls = np.diff(np.asarray(readings).reshape(-1, 2), axis=1)[:, 0]
     order = timed_ops(len(stack.components))
     if calls.size != len(order) * repeats:
@@ -491,9 +495,11 @@ def timings(setup: Setup, name: str, kept: checkpoints.Kept | None = None) -> di
     def measure():
         stack = t.init(jax.random.key(setup.seed))
         x, y = t.batch
-        median, repeats = repeat_times(stack, x, y, optimizer(t), setup.timing_repeats)
+        seen = compile_watch.Compiled()
+        median, repeats = repeat_times(stack, x, y, optimizer(t), setup.timing_repeats, seen)
         return {"median": dataclasses.asdict(median),
-                "repeats": [dataclasses.asdict(r) for r in repeats]}
+                "repeats": [dataclasses.asdict(r) for r in repeats],
+                "compiled_while_timed": seen.as_dict()}
 
     measured = kept(["timings", setup.timing_repeats, unit_sizes(setup, name)], measure)
     times = schedule.Times(**measured["median"])
@@ -505,7 +511,7 @@ def timings(setup: Setup, name: str, kept: checkpoints.Kept | None = None) -> di
         repeats[rule] = [schedule.summary(COMPONENTS, n, r, mode=mode)["time_per_batch"]
                          for r in per_repeat]
     return {"task": name, "times": dataclasses.asdict(times), "rules": rules,
-            "repeats": repeats}
+            "repeats": repeats, "compiled_while_timed": measured.get("compiled_while_timed")}
 
 
 def time_to_target(study: dict, timing: dict) -> dict[str, Any]:
@@ -561,8 +567,9 @@ def pipeline_check(setup: Setup, name: str = "images", times: schedule.Times | N
             want, state, _ = step(want, state, x, y)
         run_pipeline(stack, n, batches[:1], train.cross_entropy, None, opt, ops=ops,
                      mode=mode)  # compile
-        got, timeline = run_pipeline(stack, n, batches, train.cross_entropy, None, opt, ops=ops,
-                                     mode=mode)
+        with compile_watch.watch("the pipeline check's timed run") as seen:
+            got, timeline = run_pipeline(stack, n, batches, train.cross_entropy, None, opt,
+                                         ops=ops, mode=mode)
         error = max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(
             jax.tree.leaves(eqx.filter(got, eqx.is_inexact_array)),
             jax.tree.leaves(eqx.filter(want, eqx.is_inexact_array)), strict=True))
@@ -576,7 +583,8 @@ def pipeline_check(setup: Setup, name: str = "images", times: schedule.Times | N
                     "modelled_per_batch": modelled.time_per_batch,
                     "replay_per_batch": replay.time_per_batch,
                     "mean_gap": float(np.mean(gaps)), "max_gap": float(np.max(gaps)),
-                    "utilisation": timeline.utilisation(), "timeline": timeline})
+                    "utilisation": timeline.utilisation(), "timeline": timeline,
+                    "compiled_while_timed": seen.as_dict()})
     return out
 
 
@@ -703,6 +711,7 @@ def verdict(setup: Setup, studies: dict[str, dict], timing: dict[str, dict],
         m[f"{task_name}_op_times"] = t["times"]
         m[f"{task_name}_time_per_batch"] = per_batch
         m[f"{task_name}_time_per_batch_repeats"] = t.get("repeats")
+        m[f"{task_name}_compiled_while_timed"] = t.get("compiled_while_timed")
         m[f"{task_name}_utilisation"] = {r: v["mean_utilisation"] for r, v in t["rules"].items()}
         m[f"{task_name}_time_to_target"] = time_to_target(study, t)
         closeness = {}

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from lab import compile_watch
 from lab.data import load
 from lab.models import pixelcnn as models_module
 from lab.models.pixelcnn import (
@@ -441,7 +442,8 @@ def draw_in_batches(run, model: eqx.Module, keys: jax.Array, batch: int) -> tupl
 def time_sampling(model: eqx.Module, size: int, batch: int, max_steps: int,
                   key: jax.Array, repeats: int = 1, windowed: bool = False) -> dict[str, Any]:
     """Seconds to sample ``batch`` images of ``size x size`` (compiled by a first call, then
-    ``repeats`` timed calls, each waited for: ``repeat_seconds``, their median ``seconds``)
+    ``repeats`` timed calls, each waited for: ``repeat_seconds``, their median ``seconds``;
+    what JAX traced or compiled during them, ``compiled_while_timed``, ``lab.compile_watch``)
     and the evaluations counted per image. The sequential sampler runs its first
     ``min(size**2, max_steps)`` pixels, and its seconds and count are scaled to all of them
     (``extrapolated``)."""
@@ -451,14 +453,15 @@ def time_sampling(model: eqx.Module, size: int, batch: int, max_steps: int,
     run = sampler(model, size, steps, windowed)
     _, deep, shallow, _ = jax.block_until_ready(run(model, keys))  # compiles
     seconds = []
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        jax.block_until_ready(run(model, keys))
-        seconds.append((time.perf_counter() - begin) * pixels / steps)
+    with compile_watch.watch("notebook 12's sampler timing") as seen:
+        for _ in range(repeats):
+            begin = time.perf_counter()
+            jax.block_until_ready(run(model, keys))
+            seconds.append((time.perf_counter() - begin) * pixels / steps)
     return {"seconds": float(np.median(seconds)), "repeat_seconds": seconds,
             "measured_pixels": steps,
             "extrapolated": steps < pixels, "deep": int(deep[0]) * pixels // steps,
-            "shallow": int(shallow[0])}
+            "shallow": int(shallow[0]), "compiled_while_timed": seen.as_dict()}
 
 
 def samplers(setup: Setup) -> list[str]:
@@ -642,6 +645,8 @@ def verdict(setup: Setup, study: dict[str, Any], timing: dict[str, Any],
                                            for s in sizes} for kind in timing}
     m["sampling_extrapolated"] = {kind: {str(s): timing[kind][s]["extrapolated"] for s in sizes}
                                   for kind in timing}
+    m["compiled_while_timed"] = compile_watch.total(
+        row.get("compiled_while_timed") for kind in timing for row in timing[kind].values())
     m["evaluations"] = {kind: {str(s): {"deep": timing[kind][s]["deep"],
                                         "shallow": timing[kind][s]["shallow"]} for s in sizes}
                         for kind in timing}

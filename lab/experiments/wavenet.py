@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from lab import compile_watch
 from lab.data import speech
 from lab.models import wavenet as model_module
 from lab.models.wavenet import (
@@ -707,20 +708,24 @@ def quality(setup: Setup, data: Corpus, teachers: dict[str, dict],
 
 # 4. sampling speed ----------------------------------------------------------------------------
 
-def repeat_seconds(runs: dict[str, tuple], repeats: int) -> dict[str, list[float]]:
+def repeat_seconds(runs: dict[str, tuple], repeats: int
+                   ) -> tuple[dict[str, list[float]], compile_watch.Compiled]:
     """Seconds of each of ``repeats`` timed calls of every ``name: (function, *args)``: each
     called once first, untimed (compilation and first-call costs outside the timed region),
     then every repeat times the functions in turn (so a burst of load on the machine falls
-    on all of them alike), each waited for with ``block_until_ready``."""
+    on all of them alike), each waited for with ``block_until_ready``. Also what JAX
+    traced or compiled during the timed calls (``lab.compile_watch``: nothing, when the
+    first calls did their job)."""
     for run, *args in runs.values():
         jax.block_until_ready(run(*args))
     out: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, (run, *args) in runs.items():
-            begin = time.perf_counter()
-            jax.block_until_ready(run(*args))
-            out[name].append(time.perf_counter() - begin)
-    return out
+    with compile_watch.watch("notebook 13's sampler timing") as seen:
+        for _ in range(repeats):
+            for name, (run, *args) in runs.items():
+                begin = time.perf_counter()
+                jax.block_until_ready(run(*args))
+                out[name].append(time.perf_counter() - begin)
+    return out, seen
 
 
 _naive = eqx.filter_jit(sample_naive)
@@ -742,16 +747,17 @@ def time_samplers(setup: Setup, length: int, width: int, repeats: int | None = N
     student = build_student(setup, key, width=width)
     cond = jax.random.normal(key, (length, setup.bands))
     steps = min(length, setup.timing_steps)
-    timed = repeat_seconds({"naive": (_naive, teacher, key, cond[:steps]),
-                            "cached": (_cached, teacher, key, cond),
-                            "student": (_student, student, key, cond)}, repeats)
+    timed, seen = repeat_seconds({"naive": (_naive, teacher, key, cond[:steps]),
+                                  "cached": (_cached, teacher, key, cond),
+                                  "student": (_student, student, key, cond)}, repeats)
     timed["naive"] = [t * length / steps for t in timed["naive"]]
     seconds = {k: min(v) for k, v in timed.items()}
     return {"length": length, "width": width, "seconds": seconds, "repeat_seconds": timed,
             "samples_per_second": {k: length / v for k, v in seconds.items()},
             "real_time_factor": {k: length / v / setup.sample_rate for k, v in seconds.items()},
             "naive_measured": steps, "teacher_parameters": parameter_count(teacher),
-            "student_parameters": parameter_count(student)}
+            "student_parameters": parameter_count(student),
+            "compiled_while_timed": seen.as_dict()}
 
 
 def sampling_speed(setup: Setup, on_row=None, kept: checkpoints.Kept | None = None
@@ -970,6 +976,8 @@ def verdict(setup: Setup, teachers: dict[str, dict], students: dict[str, dict],
                                           for r in speed["by_width"]}
                                 for sampler in ("naive", "cached", "student")}
     m["timing_repeat_seconds"] = {str(r["length"]): r["repeat_seconds"] for r in rows}
+    m["compiled_while_timed"] = compile_watch.total(  # each row once (by_width shares one)
+        {id(r): r.get("compiled_while_timed") for r in rows + speed["by_width"]}.values())
     ratios = [r["seconds"]["cached"] / r["seconds"]["student"] for r in rows]
     m["student_over_cached"] = dict(zip(map(str, m["timing_lengths"]), ratios, strict=True))
     m["student_over_naive"] = {str(r["length"]): r["seconds"]["naive"] / r["seconds"]["student"]

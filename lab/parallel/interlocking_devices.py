@@ -30,6 +30,7 @@ import jax
 import numpy as np
 import optax
 
+from lab import compile_watch
 from lab.models.interlocking import Stack
 from lab.models.interlocking_rule import Loss, combine, head_gradients
 from lab.parallel.interlocking import Event, Timeline, Times, plan
@@ -186,9 +187,12 @@ def run_pipeline(stack: Stack, n: int, batches: Sequence[tuple[np.ndarray, np.nd
 
 def op_times(stack: Stack, x: np.ndarray, y: np.ndarray, loss: Loss, head_loss: Loss | None,
              optimizer: optax.GradientTransformation, repeats: int = 5,
-             clock: Callable[[], float] = time.perf_counter) -> Times:
+             clock: Callable[[], float] = time.perf_counter,
+             seen: compile_watch.Compiled | None = None) -> Times:
     """Each op of each component timed on its own on the default device (median of
-    ``repeats`` after one warm-up call), for ``lab.parallel.interlocking.simulate``."""
+    ``repeats`` after one warm-up call), for ``lab.parallel.interlocking.simulate``. What
+    JAX traced or compiled during the timed calls is added to ``seen``
+    (``lab.compile_watch``)."""
     head_loss = loss if head_loss is None else head_loss
     ops = ComponentOps(loss, head_loss, optimizer)
     count = len(stack.components)
@@ -198,10 +202,13 @@ def op_times(stack: Stack, x: np.ndarray, y: np.ndarray, loss: Loss, head_loss: 
     def median(fn, *args):
         jax.block_until_ready(fn(*args))
         samples = []
-        for _ in range(repeats):
-            begin = clock()
-            jax.block_until_ready(fn(*args))
-            samples.append(clock() - begin)
+        with compile_watch.watch("an interlocking op's timing") as watched:
+            for _ in range(repeats):
+                begin = clock()
+                jax.block_until_ready(fn(*args))
+                samples.append(clock() - begin)
+        if seen is not None:
+            seen.add(watched)
         return float(np.median(samples))
 
     h = x
