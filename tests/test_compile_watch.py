@@ -16,7 +16,8 @@ def test_a_first_call_is_seen_and_a_second_is_not():
     with pytest.warns(UserWarning, match="the first call traced or compiled while timed"):
         with compile_watch.watch("the first call") as first:
             f(x).block_until_ready()
-    assert first.traces >= 1 and first.lowerings >= 1 and first.compiles == 1
+    # a compile, or a load from a persistent cache the user kept: a lowering either way
+    assert first.traces >= 1 and first.lowerings == 1 and first.compiles <= 1
     assert first.seconds > 0 and first
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -33,7 +34,7 @@ def test_other_threads_and_nested_watches_count():
             worker = threading.Thread(target=lambda: f(x).block_until_ready())
             worker.start()
             worker.join()
-    assert inner.compiles == outer.compiles == 1
+    assert inner.lowerings == outer.lowerings == 1 and inner.as_dict() == outer.as_dict()
 
 
 def test_total_sums_records_and_is_none_for_an_unwatched_one():
