@@ -55,9 +55,20 @@ def threads_now() -> int:
     return threading.active_count()
 
 
+def signatures(jitted: ga3c.Compiled) -> dict[str, int]:
+    """How many argument signatures each jitted piece's dispatch holds (equinox's
+    ``filter_jit`` keeps its ``jax.jit`` as ``_cached``)."""
+    return {name: getattr(f, "_cached", f)._cache_size() for name, f in jitted._asdict().items()}
+
+
 @pytest.mark.slow
 def test_ga3c_and_a3c_run_measure_and_leave_no_thread_behind():
     before = threads_now()
+    hyper, task, t_max = TINY.hyper, TINY.task, TINY.t_max
+    both = [ga3c.compile_all(hyper, task, t_max, (TINY.training_batch,),  # what each run
+                             tuple(ga3c._buckets(TINY.prediction_batch))),  # compiles
+            ga3c.compile_all(hyper, task, t_max, (t_max,), (1,))]
+    seen = [signatures(jitted) for jitted in both]
     r = run_ga3c(TINY, jax.random.key(0), env_steps=300)
     assert threads_now() == before
     assert r.env_steps >= 300 and r.trainings >= 1 and r.predictions >= r.env_steps
@@ -67,6 +78,8 @@ def test_ga3c_and_a3c_run_measure_and_leave_no_thread_behind():
     a = run_a3c(TINY, jax.random.key(0), env_steps=150)
     assert threads_now() == before
     assert a.env_steps >= 150 and a.trainings >= 1 and a.predictions >= a.env_steps
+    # the threads called nothing with a signature compile_all had not called it with
+    assert [signatures(jitted) for jitted in both] == seen
 
 
 @pytest.mark.slow

@@ -62,7 +62,6 @@ from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from lab import compile_watch
@@ -223,14 +222,19 @@ def compile_all(hyper: Hyper, task, t_max: int, update_sizes: tuple[int, ...],
         return eqx.apply_updates(model, updates), opt_state
 
     returns = jax.jit(bootstrapped_returns)
+    # Called here with what the threads pass, numpy arrays of their dtypes: to jit's
+    # dispatch a numpy array and a jax.Array of one shape are two signatures, and one not
+    # seen here would be looked up in JAX's Python caches inside a timed run (and traced
+    # again once those had evicted it: ``compile_watch`` saw that in the test suite).
     shape = task.obs_shape
     for n in forward_sizes:
-        forward(model, jnp.zeros((n, *shape)))
+        forward(model, np.zeros((n, *shape), np.float32))
     for n in update_sizes:
-        update(model, opt_state, jnp.zeros((n, *shape)), jnp.zeros(n, jnp.int32),
-               jnp.zeros(n), jnp.ones(n))
+        update(model, opt_state, np.zeros((n, *shape), np.float32), np.zeros(n, np.int32),
+               np.zeros(n, np.float32), np.ones(n, np.float32))
     for n in range(1, t_max + 1):  # an episode can end after any step of a rollout
-        returns(jnp.zeros(n), jnp.zeros(n), jnp.zeros(n, bool), jnp.zeros(n))
+        returns(np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n, bool),
+                np.zeros(n, np.float32))
     return Compiled(forward, update, returns)
 
 
@@ -644,7 +648,7 @@ def run_a3c(config: GA3CConfig, key: jax.Array, *, env_steps: int | None = None,
         def submit(e: Experience):
             n, pad = len(e.g), t - len(e.g)
             lags = params.apply(
-                jitted.update, np.concatenate([e.obs, np.zeros((pad, *e.obs.shape[1:]))]),
+                jitted.update, np.pad(e.obs, [(0, pad)] + [(0, 0)] * (e.obs.ndim - 1)),
                 np.pad(e.action, (0, pad)), np.pad(e.g, (0, pad)),
                 (np.arange(t) < n).astype(np.float32), e.version)
             with stats.lock:
