@@ -41,6 +41,7 @@ from lab.runs.runner import (
     RunnerError,
     check_notebook,
     offers,
+    reports_folder,
     run_all,
     run_notebook,
     stop_on_signals,
@@ -90,8 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--prepare-only", action="store_true",
                      help="write the prepared notebook and its effective parameters under "
                      "<out>/prepared/ and run nothing")
-    run.add_argument("--out", type=Path, default=Path("reports"),
-                     help="reports folder (default: reports)")
+    run.add_argument("--out", type=Path, default=None,
+                     help="reports folder (default: reports; with --resume RUN_DIR, the one "
+                     "that holds RUN_DIR)")
     run.add_argument("--timeout", type=int, default=None,
                      help=f"seconds one cell may run (default: {DEFAULT_CELL_TIMEOUT} in a "
                      f"default run, {PRESET_CELL_TIMEOUT} under a named preset)")
@@ -269,7 +271,9 @@ def _run(parser, args) -> int:
     if args.resume is not None and (explicit or raw):
         parser.error("--resume runs with the parameters of the run it continues; leave out "
                      "-p, -r, -f and -y")
-    options = dict(out=args.out, timeout=args.timeout, hide_code=args.hide_code,
+    one_resumed = None if args.all else args.resume  # a RUN_DIR: its reports folder
+    out = reports_folder(args.out, one_resumed)
+    options = dict(out=out, timeout=args.timeout, hide_code=args.hide_code,
                    progress=not args.no_progress)
     stop_on_signals()  # SIGTERM as SIGINT: every running notebook recorded as interrupted
     if args.all:
@@ -286,21 +290,21 @@ def _run(parser, args) -> int:
     else:
         check_notebook(args.notebook)  # a .ipynb that exists, before reading it
         if args.help_notebook:
-            return _help_notebook(args.notebook, args.out)
+            return _help_notebook(args.notebook, out)
         if args.resume is not None:
             results = [run_notebook(args.notebook, resume=Path(args.resume),
                                     time_limit=args.time_limit, **options)]
-            return _summarise(results, args.out)
+            return _summarise(results, out)
         resolution = resolve(args.notebook, explicit, raw=raw)
         if args.prepare_only:
-            path = write_prepared(args.notebook, resolution, args.out)
+            path = write_prepared(args.notebook, resolution, out)
             print(f"prepared {path} (effective parameters in "
                   f"{path.with_suffix('.parameters.json')}); values not from the notebook:")
             _show(resolution)
             return 0
         results = [run_notebook(args.notebook, resolution=resolution,
                                 time_limit=args.time_limit, **options)]
-    return _summarise(results, args.out)
+    return _summarise(results, out)
 
 
 def _help_notebook(notebook: Path, out: Path) -> int:

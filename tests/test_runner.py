@@ -325,12 +325,14 @@ def test_sigterm_to_a_jobs_batch_records_every_running_notebook_interrupted(tmp_
     assert "ZMQError" not in output, output
 
 
-def test_a_time_limit_stops_the_run_and_resume_continues_it_from_its_checkpoint(tmp_path,
-                                                                               capsys):
+def test_a_time_limit_stops_the_run_and_resume_continues_it_from_its_checkpoint(
+        tmp_path, capsys, monkeypatch):
     """A notebook that checkpoints each of its 30 steps (0.2 s each) under a 10-s limit: its
     kernel is interrupted before the limit, the run recorded as interrupted with the command
-    that resumes it; the resume runs it again in the same folder from the checkpoint the
-    first attempt left there, records the first attempt, and finishes."""
+    that resumes it; the resume (that command, from another folder: no --out) runs it again
+    in the same folder from the checkpoint the first attempt left there, records the first
+    attempt, finishes, and publishes its report and index in the reports folder that holds
+    it, none where the command ran."""
     from lab.runs.runner import RunnerError
 
     notebook = write_notebook(
@@ -357,8 +359,14 @@ def test_a_time_limit_stops_the_run_and_resume_continues_it_from_its_checkpoint(
     done = int(step.read_text()) if step.exists() else 0  # none if the kernel started late
     assert done < 30
 
-    again = run_notebook(notebook, out=out, progress=False, resume=first.run_dir)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    again = run_notebook(notebook, progress=False, resume=first.run_dir)
     assert again.status == "ok" and again.run_dir == first.run_dir
+    assert list(elsewhere.iterdir()) == []
+    assert (out / "steps.html").read_bytes() == (first.run_dir / "report.html").read_bytes()
+    assert "ok" in (out / "index.html").read_text()
     assert again.metrics == {"steps": 30, "started_at": done}
     record = provenance(first.run_dir)
     assert [a["status"] for a in record["attempts"]] == ["interrupted"]
@@ -367,6 +375,8 @@ def test_a_time_limit_stops_the_run_and_resume_continues_it_from_its_checkpoint(
     assert (shelved / "report.html").exists() and (first.run_dir / "report.html").exists()
     with pytest.raises(RunnerError, match="finished \\(ok\\); there is nothing to resume"):
         run_notebook(notebook, out=out, resume=first.run_dir)
+    with pytest.raises(RunnerError, match="is a run of the reports folder .*; leave out --out"):
+        run_notebook(notebook, out=tmp_path / "r", resume=first.run_dir)
     other = write_notebook(tmp_path / "other.ipynb", "x = 1", "x")
     with pytest.raises(RunnerError, match="is a run of steps.ipynb, not of other.ipynb"):
         run_notebook(other, out=out, resume=first.run_dir)

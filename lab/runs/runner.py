@@ -526,8 +526,24 @@ def _shelve(folder: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
                                                  "error")} | {"folder": str(where)}]
 
 
+def reports_folder(out: str | Path | None, resume: str | Path | None = None) -> Path:
+    """Where a run's report and index go: ``out`` (default ``reports``); for a resumed run
+    folder ``<reports>/runs/<run>``, that ``<reports>``, wherever the command runs from (a
+    one-line RunnerError when ``out`` names another folder)."""
+    home = None
+    if resume is not None:
+        folder = Path(resume).resolve()
+        home = folder.parent.parent if folder.parent.name == "runs" else None
+    if home is None:
+        return Path("reports" if out is None else out)
+    if out is not None and Path(out).resolve() != home:
+        raise RunnerError(f"{resume} is a run of the reports folder {home}, not of {out}; "
+                          f"leave out --out (its report and index go to {home})")
+    return home
+
+
 def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *,
-                 raw: dict[str, str] | None = None, out: str | Path = "reports",
+                 raw: dict[str, str] | None = None, out: str | Path | None = None,
                  timeout: int | None = None, hide_code: bool = False,
                  progress: bool = True, inputs: dict[str, str] | None = None,
                  resolution: Resolution | None = None,
@@ -548,12 +564,14 @@ def run_notebook(notebook: str | Path, explicit: dict[str, Any] | None = None, *
     (:class:`Deadline`; ``LAB_DEADLINE`` tells the notebook when) and the run is recorded
     as interrupted with what it finished. ``resume``: the folder of an unfinished run of
     this notebook, run again there with the same parameters, its earlier files moved to
-    ``attempts/<n>/``. A time-limited or resumed run keeps its checkpoints in its own
-    folder (``checkpoints/``, as ``LAB_CHECKPOINT_DIR``), so the folder carries what a
-    resume needs, to another machine too; an experiment that checkpoints (GA3C's kept
-    measurements, VS-ML's meta-training, SAC-AE's loop) continues from them."""
+    ``attempts/<n>/``; its report and index go to the reports folder that holds it
+    (:func:`reports_folder`; ``out`` None: ``reports``, or that folder). A time-limited or
+    resumed run keeps its checkpoints in its own folder (``checkpoints/``, as
+    ``LAB_CHECKPOINT_DIR``), so the folder carries what a resume needs, to another machine
+    too; an experiment that checkpoints (GA3C's kept measurements, VS-ML's meta-training,
+    SAC-AE's loop) continues from them."""
     kernel_env = dict(kernel_environment() if kernel_env is None else kernel_env)
-    notebook, out = Path(notebook), Path(out)
+    notebook, out = Path(notebook), reports_folder(out, resume)
     check_notebook(notebook)
     if time_limit is not None and time_limit < 10:
         raise RunnerError(f"--time-limit {time_limit:g} is too short; give at least 10 "
