@@ -359,6 +359,7 @@ def test_a_time_limit_stops_the_run_and_resume_continues_it_from_its_checkpoint(
     done = int(step.read_text()) if step.exists() else 0  # none if the kernel started late
     assert done < 30
 
+    index = (out / "index.html").read_text()  # the interrupted run's
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -366,7 +367,8 @@ def test_a_time_limit_stops_the_run_and_resume_continues_it_from_its_checkpoint(
     assert again.status == "ok" and again.run_dir == first.run_dir
     assert list(elsewhere.iterdir()) == []
     assert (out / "steps.html").read_bytes() == (first.run_dir / "report.html").read_bytes()
-    assert "ok" in (out / "index.html").read_text()
+    assert (out / "index.html").read_text() != index
+    assert first.run_dir.name in (out / "index.html").read_text()
     assert again.metrics == {"steps": 30, "started_at": done}
     record = provenance(first.run_dir)
     assert [a["status"] for a in record["attempts"]] == ["interrupted"]
